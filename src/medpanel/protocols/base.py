@@ -1,0 +1,62 @@
+"""What every protocol shares: the panel of seated models, the outcome, and the registry entry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from pydantic import BaseModel, Field
+
+from medpanel.cases.model import Case
+from medpanel.errors import UsageError
+from medpanel.models.base import Model
+from medpanel.transcript import Transcript
+
+
+class Outcome(BaseModel):
+    """What a protocol returns: its answer (choice, conclusion, discharge) and how it got there."""
+
+    status: str = "ok"  # ok | unfinished (e.g. a turn bound was reached before a conclusion)
+    answer: str | None = None  # the short answer: an option letter, a conclusion, a diagnosis
+    data: dict[str, Any] = Field(default_factory=dict)
+    transcript: Transcript = Field(default_factory=Transcript)
+
+
+@dataclass
+class Panel:
+    """Seats at the table, in order: seat name -> model. A seat name is what the transcript calls the speaker."""
+
+    seats: dict[str, Model] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, models: list[Model], names: list[str] | None = None) -> "Panel":
+        names = names or [m.id for m in models]
+        seats: dict[str, Model] = {}
+        for name, model in zip(names, models):
+            unique, n = name, 2
+            while unique in seats:  # the same model seated twice gets #2, #3 ...
+                unique, n = f"{name}#{n}", n + 1
+            seats[unique] = model
+        return cls(seats)
+
+    def first(self) -> tuple[str, Model]:
+        if not self.seats:
+            raise UsageError("The panel is empty.", "Give at least one model with --models.")
+        return next(iter(self.seats.items()))
+
+    def __len__(self) -> int:
+        return len(self.seats)
+
+
+ProtocolFn = Callable[[Case, Panel, Any], Awaitable[Outcome]]
+ScoreFn = Callable[[Case, Outcome], dict[str, float | None]]
+
+
+@dataclass(frozen=True)
+class ProtocolSpec:
+    name: str
+    run: ProtocolFn
+    settings: type[BaseModel]
+    score: ScoreFn
+    description: str
+    min_models: int = 1

@@ -1,0 +1,1 @@
+"""Benchmark runs: the SQLite store, the concurrent resumable runner, and summaries."""

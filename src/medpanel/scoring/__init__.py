@@ -1,0 +1,1 @@
+"""Scorers: pure functions from an outcome and a reference to numbers."""

@@ -1,0 +1,81 @@
+"""The record of a deliberation: ordered, append-only events. Every output medpanel shows derives from it."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+from pydantic import BaseModel, Field
+
+EventKind = Literal["turn", "vote", "score", "decision", "note", "error"]
+
+
+class Event(BaseModel):
+    kind: EventKind
+    text: str = ""
+    speaker: str = ""  # who spoke: an agent's seat name ("Moderator", "GPT", "Physician")
+    role: str = ""  # the clinical role or function ("Radiation Oncologist", "assistant")
+    model: str = ""  # model id behind the speaker, or "human"
+    round: int = 0
+    phase: str = ""  # protocol stage: "initial", "debate", "conclusion", ...
+    data: dict[str, Any] = Field(default_factory=dict)  # structured payload: parsed choice, scores, codes
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_s: float = 0.0
+    cost_usd: float = 0.0
+    cached: bool = False
+    at: float = Field(default_factory=time.time)
+
+
+class Transcript(BaseModel):
+    events: list[Event] = Field(default_factory=list)
+
+    def add(self, kind: EventKind, text: str = "", **fields: Any) -> Event:
+        event = Event(kind=kind, text=text, **fields)
+        self.events.append(event)
+        return event
+
+    def add_reply(self, reply: Any, *, speaker: str, role: str = "", round: int = 0, phase: str = "", data: dict | None = None) -> Event:
+        """Record a model Reply as a turn, carrying its usage and latency."""
+        return self.add(
+            "turn",
+            reply.text,
+            speaker=speaker,
+            role=role,
+            model=reply.model,
+            round=round,
+            phase=phase,
+            data=data or {},
+            input_tokens=reply.usage.input_tokens,
+            output_tokens=reply.usage.output_tokens,
+            latency_s=reply.latency_s,
+            cost_usd=reply.cost_usd,
+            cached=reply.cached,
+        )
+
+    def __iter__(self) -> Iterator[Event]:  # type: ignore[override]
+        return iter(self.events)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def turns(self, speaker: str | None = None) -> list[Event]:
+        return [e for e in self.events if e.kind == "turn" and (speaker is None or e.speaker == speaker)]
+
+    def totals(self) -> dict[str, float]:
+        return {
+            "input_tokens": sum(e.input_tokens for e in self.events),
+            "output_tokens": sum(e.output_tokens for e in self.events),
+            "cost_usd": round(sum(e.cost_usd for e in self.events), 8),
+            "model_seconds": round(sum(e.latency_s for e in self.events), 4),
+        }
+
+    def to_jsonl(self, path: str | Path) -> None:
+        Path(path).write_text("".join(e.model_dump_json() + "\n" for e in self.events))
+
+    @classmethod
+    def from_jsonl(cls, path: str | Path) -> "Transcript":
+        lines = Path(path).read_text().splitlines()
+        return cls(events=[Event.model_validate(json.loads(line)) for line in lines if line.strip()])

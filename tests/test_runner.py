@@ -1,0 +1,111 @@
+"""The benchmark runner with scripted models: concurrency, failures recorded, resume, budget stop."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from medpanel.cases import Case, Reference
+from medpanel.errors import ModelCallError
+from medpanel.models import Runtime
+from medpanel.models.budget import Budget
+from medpanel.models.scripted import ScriptedModel
+from medpanel.protocols import Panel
+from medpanel.runs.runner import RunConfig, run_benchmark
+from medpanel.runs.summary import summarize
+
+
+def mcq(n: int) -> list[Case]:
+    return [Case(id=f"q{i}", question=f"Question {i}?", options={"A": "yes", "B": "no"}, reference=Reference(answer="A" if i % 2 else "B")) for i in range(n)]
+
+
+def answer_by_question(fail_on: set[str] = frozenset()):
+    """Answers A for odd questions, B for even ones; raises a model error on the named questions."""
+    def respond(request):
+        text = request.messages[-1].content
+        number = int(text.split("?")[0].split()[-1])
+        if f"q{number}" in fail_on:
+            raise ModelCallError("server refused", kind="bad_request")
+        return f"Reasoning.\nAnswer: {'A' if number % 2 else 'B'}"
+    return respond
+
+
+def config(**kw) -> RunConfig:
+    return RunConfig(dataset="inline", protocol="single", models=["scripted:x"], **kw)
+
+
+async def test_run_scores_every_item_and_records_failures(store):
+    runtime = Runtime(cache=store)
+    panel = Panel.of([ScriptedModel(responder=answer_by_question({"q3"}), runtime=runtime)])
+    result = await run_benchmark(store, config(concurrency=4), runtime, panel=panel, cases=mcq(10))
+    assert result.status == "done"
+    items = {i["item_id"]: i for i in store.items(result.run_id)}
+    assert len(items) == 10
+    assert items["q3"]["status"] == "failed" and items["q3"]["error_kind"] == "bad_request"
+    summary = summarize(store, result.run_id)
+    # The failed item is not scored as wrong: accuracy is over the 9 that finished.
+    assert summary["scores"]["accuracy"]["n"] == 9 and summary["scores"]["accuracy"]["mean"] == 1.0
+    assert summary["items"] == {"done": 9, "failed": 1, "expected": None}
+    assert summary["calls"]["calls"] == 10
+    assert store.events(result.run_id, "q0")[0]["speaker"] == "scripted:fake"
+
+
+async def test_resume_runs_only_missing_and_failed_items(store):
+    runtime = Runtime(cache=store)
+    first = Panel.of([ScriptedModel(responder=answer_by_question({"q1", "q2"}), runtime=runtime)])
+    result = await run_benchmark(store, config(), runtime, panel=first, cases=mcq(5))
+    model = ScriptedModel(responder=answer_by_question(), runtime=runtime)
+    again = await run_benchmark(store, config(), runtime, run_id=result.run_id, resume=True, panel=Panel.of([model]), cases=mcq(5))
+    assert again.progress.skipped == 3 and again.progress.done == 2
+    assert sorted(r.messages[-1].content.split("?")[0][-1] for r in model.history) == ["1", "2"]
+    assert all(i["status"] == "done" for i in store.items(result.run_id))
+
+
+async def test_repeats_make_distinct_items(store):
+    runtime = Runtime(cache=store)
+    panel = Panel.of([ScriptedModel(responder=answer_by_question(), runtime=runtime)])
+    result = await run_benchmark(store, config(repeats=3), runtime, panel=panel, cases=mcq(4))
+    assert len(store.items(result.run_id)) == 12
+
+
+async def test_budget_stop_keeps_finished_items_and_resume_completes(store):
+    runtime = Runtime(cache=store, budget=Budget(max_calls=3))
+    panel = Panel.of([ScriptedModel(responder=answer_by_question(), runtime=runtime)])
+    result = await run_benchmark(store, config(concurrency=1), runtime, panel=panel, cases=mcq(6))
+    assert result.status == "stopped" and result.error.cap == "calls"
+    assert store.get_run(result.run_id)["status"] == "stopped"
+    assert len(store.finished_items(result.run_id)) == 3
+    runtime2 = Runtime(cache=store)
+    panel2 = Panel.of([ScriptedModel(responder=answer_by_question(), runtime=runtime2)])
+    done = await run_benchmark(store, config(concurrency=1), runtime2, run_id=result.run_id, resume=True, panel=panel2, cases=mcq(6))
+    assert done.status == "done" and len(store.finished_items(result.run_id)) == 6
+
+
+async def test_concurrency_is_bounded(store):
+    in_flight, peak = 0, 0
+
+    async def slow(request):
+        return "Answer: A"
+
+    class Counting(ScriptedModel):
+        async def generate(self, request):
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            await asyncio.sleep(0.01)
+            in_flight -= 1
+            return await super().generate(request)
+
+    runtime = Runtime(cache=store)
+    panel = Panel.of([Counting(responder=lambda r: "Answer: A", runtime=runtime)])
+    await run_benchmark(store, config(concurrency=3), runtime, panel=panel, cases=mcq(12))
+    assert peak == 3
+
+
+async def test_case_missing_fields_is_recorded_as_failed_with_fix(store):
+    runtime = Runtime(cache=store)
+    panel = Panel.of([ScriptedModel(responder=lambda r: "Answer: A", runtime=runtime)])
+    result = await run_benchmark(store, config(), runtime, panel=panel, cases=[Case(id="empty")])
+    item = store.items(result.run_id)[0]
+    assert item["status"] == "failed" and "has no question, options" in item["error"]

@@ -1,0 +1,65 @@
+"""The SQLite store: migrations, atomic item writes, the call cache and log, run lookup."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from medpanel.errors import UsageError
+from medpanel.runs.store import MIGRATIONS, Store
+
+
+def test_migrations_are_named_applied_once_and_wal(tmp_path):
+    path = tmp_path / "s.db"
+    Store(path).close()
+    again = Store(path)  # reopening applies nothing twice
+    assert again.migrations() == [name for name, _ in MIGRATIONS]
+    mode = sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone()[0]
+    assert mode == "wal"
+
+
+def test_item_write_is_all_or_nothing(store):
+    store.create_run("r1", dataset="d", protocol="single", models=["m"], settings={})
+    store.write_item("r1", "a", 0, status="done", outcome={"answer": "B"}, events=[{"kind": "turn"}, {"kind": "decision"}],
+                     scores={"accuracy": 1.0}, started_at=0.0)
+    # A failing write (bad score name type) must leave the earlier item untouched and add nothing.
+    with pytest.raises(sqlite3.Error):
+        store.write_item("r1", "b", 0, status="done", outcome={}, events=[{"kind": "turn"}], scores={None: 1.0}, started_at=0.0)
+    assert [i["item_id"] for i in store.items("r1")] == ["a"]
+    assert store.events("r1", "b") == []
+    assert store.finished_items("r1") == {("a", 0)}
+    # Rewriting an item replaces its events and scores rather than duplicating them.
+    store.write_item("r1", "a", 0, status="done", outcome={"answer": "C"}, events=[{"kind": "turn"}], scores={"accuracy": 0.0}, started_at=0.0)
+    assert len(store.events("r1", "a")) == 1
+    assert store.scores("r1")[0]["value"] == 0.0
+
+
+def test_call_cache_and_log(store):
+    assert store.get_call("k") is None
+    store.put_call("k", {"model": "m", "text": "hi"}, ("r", "i", 0))
+    assert store.get_call("k")["text"] == "hi"
+    store.log_call("k", "m", True, ("r", "i", 0))
+    store.log_call("k", "m", True, ("r", "j", 0))
+    assert store.call_counts("r") == {"calls": 1, "cached_calls": 2}
+    assert store.call_counts("r", "i", 0) == {"calls": 1, "cached_calls": 1}
+
+
+def test_run_ids_resolve_by_prefix_and_last(store):
+    store.create_run("20260101-aaaa", dataset="d", protocol="p", models=[], settings={})
+    store.create_run("20260102-bbbb", dataset="d", protocol="p", models=[], settings={})
+    assert store.resolve_run_id("20260101") == "20260101-aaaa"
+    assert store.resolve_run_id("last") == "20260102-bbbb"
+    with pytest.raises(UsageError, match="matches 2 runs"):
+        store.resolve_run_id("2026")
+    with pytest.raises(UsageError, match="No run matches"):
+        store.resolve_run_id("nope")
+    with pytest.raises(UsageError, match="already exists"):
+        store.create_run("20260101-aaaa", dataset="d", protocol="p", models=[], settings={})
+
+
+def test_unwritable_store_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(UsageError, match="Cannot open the store"):
+        Store(blocker / "sub" / "s.db")
