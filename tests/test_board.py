@@ -45,3 +45,22 @@ async def test_board_protocol_records_turns_and_conclusion(tmp_path):
     # A text-only model is shown the slides as captions in the prompt.
     assert "No slide descriptions are available." in model.history[0].messages[-1].content
     assert spec.score(load_case(case_file), outcome) == {"has_conclusion": 1.0, "turns": 3.0}
+
+
+async def test_structured_mode_renders_json_into_the_tag_format(tmp_path):
+    case_file = tmp_path / "case.yaml"
+    case_file.write_text("summary: A 61-year-old with stage IIIA lung adenocarcinoma.\n")
+    meeting = {"turns": [{"role": "Moderator", "text": "Stage IIIA, N2."}, {"role": "Thoracic Surgeon", "text": "Resectable after induction."},
+                         {"role": "Medical Oncologist", "text": "Chemo-immunotherapy first."}],
+               "conclusion": "Give neoadjuvant chemo-immunotherapy. Restage, then lobectomy."}
+    model = ScriptedModel([meeting], runtime=Runtime())
+    outcome = await get_protocol("board").run(load_case(case_file), Panel.of([model]), BoardSettings(structured="always", frequency_penalty=0.2))
+    assert outcome.data["parse_status"] == "parsed"
+    assert outcome.answer == "Give neoadjuvant chemo-immunotherapy. Restage, then lobectomy."
+    assert [e.speaker for e in outcome.transcript if e.phase == "discussion"] == ["Moderator", "Thoracic Surgeon", "Medical Oncologist"]
+    request = model.history[0]
+    assert request.schema["properties"]["turns"]["maxItems"] == 7 and request.frequency_penalty == 0.2
+    # "auto" leaves a non-local model on the paper's tag format.
+    plain = ScriptedModel([WELL_FORMED], runtime=Runtime())
+    await get_protocol("board").run(load_case(case_file), Panel.of([plain]), BoardSettings())
+    assert plain.history[0].schema is None

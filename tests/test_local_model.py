@@ -187,3 +187,18 @@ def test_local_spec_rejects_unknown_options():
         build_model("local:smollm2-135m-instruct?ctx=4096")
     with pytest.raises(UsageError, match="whole numbers"):
         build_model("local:smollm2-135m-instruct?n_ctx=big")
+
+
+def test_repetition_penalties_follow_openai_definitions():
+    import numpy as np
+
+    from medpanel.models.local_grammar import Sampler
+
+    sampler = Sampler(frequency_penalty=0.5, presence_penalty=1.0)
+    logits = np.array([3.0, 2.0, 1.0, 0.0], dtype=np.float32)
+    assert sampler.penalise(logits) is logits  # nothing generated yet: untouched
+    for token in (0, 0, 2):
+        sampler.record(token)
+    # token 0: 3 - 2*0.5 - 1 = 1; token 2: 1 - 1*0.5 - 1 = -0.5; others unchanged.
+    assert sampler.penalise(logits).tolist() == [1.0, 2.0, -0.5, 0.0]
+    assert sampler(sampler.penalise(logits)) == 1  # greedy now prefers the unrepeated token

@@ -72,6 +72,14 @@ async def test_plain_reply_usage_and_latency(srv, make):
     sent = srv.last_request
     assert sent["model"] == "mock-model" and sent["temperature"] == 0.0 and sent["max_tokens"] == 512
     assert "response_format" not in sent
+    assert "frequency_penalty" not in sent  # unset options are not sent at all
+
+
+async def test_sampling_options_reach_the_server(srv, make):
+    await make().complete("hello", temperature=0.7, top_p=0.9, seed=3, stop=["\n"], frequency_penalty=0.4, presence_penalty=0.1)
+    sent = srv.last_request
+    assert (sent["temperature"], sent["top_p"], sent["seed"], sent["stop"]) == (0.7, 0.9, 3, ["\n"])
+    assert (sent["frequency_penalty"], sent["presence_penalty"]) == (0.4, 0.1)
 
 
 async def test_price_table_sets_cost(make):

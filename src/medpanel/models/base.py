@@ -24,7 +24,7 @@ from medpanel.models.structured import Schema, reask_message
 __all__ = ["Generation", "Image", "Message", "Model", "Reply", "Request", "Usage"]
 
 # Options that change what a model says, and so belong in the cache key; anything else (timeouts) does not.
-SEMANTIC_OPTIONS = ("temperature", "max_tokens", "top_p", "seed", "stop")
+SEMANTIC_OPTIONS = ("temperature", "max_tokens", "top_p", "seed", "stop", "frequency_penalty", "presence_penalty")
 
 
 class Usage(BaseModel):
@@ -47,6 +47,9 @@ class Request(BaseModel):
     top_p: float | None = None
     seed: int | None = None
     stop: list[str] | None = None
+    # OpenAI's definitions: subtract penalty x (times the token was generated) / x (generated at all).
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
     timeout_s: float = 120.0
 
     model_config = {"populate_by_name": True}

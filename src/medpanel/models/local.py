@@ -173,7 +173,8 @@ class LocalModel(Model):
                     constraint = loaded.grammar().constraint(request.schema)
                 except ValueError as exc:
                     raise ModelCallError(f"{self.id} cannot enforce this schema: {exc}", "Simplify the schema.", kind="bad_request", model=self.id) from None
-            sampler = Sampler(request.temperature, request.top_p, request.seed)
+            sampler = Sampler(request.temperature, request.top_p, request.seed,
+                              frequency_penalty=request.frequency_penalty or 0.0, presence_penalty=request.presence_penalty or 0.0)
             try:
                 result = decode(
                     loaded.llama,

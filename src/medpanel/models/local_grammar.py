@@ -37,10 +37,27 @@ _CLOSING_CHARS = frozenset(b'"}]')
 class Sampler:
     """Picks a token from logits: argmax when temperature is 0, else a seeded draw (with optional top-p)."""
 
-    def __init__(self, temperature: float = 0.0, top_p: float | None = None, seed: int | None = None) -> None:
+    def __init__(self, temperature: float = 0.0, top_p: float | None = None, seed: int | None = None,
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> None:
         self.temperature = temperature
         self.top_p = top_p
         self.rng = np.random.default_rng(seed)
+        self.frequency_penalty = frequency_penalty
+        self.presence_penalty = presence_penalty
+        self.counts: dict[int, int] = {}  # how often each token was generated so far
+
+    def penalise(self, logits: np.ndarray) -> np.ndarray:
+        """OpenAI-style repetition penalties over what this reply generated so far."""
+        if not self.counts or (not self.frequency_penalty and not self.presence_penalty):
+            return logits
+        tokens = np.fromiter(self.counts.keys(), dtype=np.int64)
+        counts = np.fromiter(self.counts.values(), dtype=np.float32)
+        out = logits.copy()
+        out[tokens] -= counts * self.frequency_penalty + self.presence_penalty
+        return out
+
+    def record(self, token: int) -> None:
+        self.counts[token] = self.counts.get(token, 0) + 1
 
     @property
     def greedy(self) -> bool:
@@ -293,7 +310,7 @@ def decode(
                 if not constraint.done and len(out) < limit:
                     llama.eval(run)
                 continue
-        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llama.ctx, -1), shape=(n_vocab,))
+        logits = sampler.penalise(np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llama.ctx, -1), shape=(n_vocab,)))
         closing = constraint is not None and len(out) >= max_tokens
         tiers = constraint.closing_tiers() if closing else ()
         token, masked = choose_token(logits, sampler, constraint, lazy=lazy, tiers=tiers)
@@ -304,6 +321,7 @@ def decode(
         if constraint is not None:
             constraint.consume(token)
         out.append(token)
+        sampler.record(token)
         if stop and constraint is None:  # stop strings would cut JSON short, so they apply to free text only
             pieces += llama.detokenize([token])
             tail = pieces[-(longest_stop + 16) :].decode("utf-8", errors="ignore")

@@ -218,7 +218,7 @@ class OpenAIModel(Model):
             "temperature": request.temperature,
             "max_tokens": request.max_tokens,
         }
-        for key in ("top_p", "seed", "stop"):
+        for key in ("top_p", "seed", "stop", "frequency_penalty", "presence_penalty"):
             value = getattr(request, key)
             if value is not None:
                 args[key] = value

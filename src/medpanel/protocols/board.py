@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel
+from typing import Literal
+
+from pydantic import BaseModel, Field
 
 from medpanel.cases.model import Case
 from medpanel.models.messages import Message
@@ -31,6 +33,30 @@ _THINK = re.compile(r"^\s*<think>.*?</think>", re.S)
 class BoardSettings(BaseModel):
     temperature: float = 0.0
     max_tokens: int = 600
+    # "auto": small embedded models write the meeting as schema-constrained JSON (they cannot hold the
+    # tag format on their own), rendered back into the tag format; every other model writes the tags.
+    structured: Literal["auto", "always", "never"] = "auto"
+    frequency_penalty: float | None = None  # None: the model's default (0)
+
+
+class WrittenTurn(BaseModel):
+    role: str = Field(description="the speaker's specialty, e.g. Radiologist", max_length=40)
+    text: str = Field(description="what they say", max_length=400)
+
+
+class WrittenMeeting(BaseModel):
+    turns: list[WrittenTurn] = Field(min_length=3, max_length=7)
+    conclusion: str = Field(description="two to four sentences stating the agreed plan", max_length=600)
+
+    def as_tagged_text(self) -> str:
+        lines = [f"<turn {i}> {t.role}: {t.text}" for i, t in enumerate(self.turns, 1)]
+        return "<discussion>\n" + "\n".join(lines) + "\n</discussion>\n<conclusion>" + self.conclusion + "</conclusion>"
+
+
+STRUCTURED_HINT = (
+    "Write the meeting as JSON: 'turns' is the list of speakers in order, the Moderator first, each with "
+    "'role' and 'text'; 'conclusion' is the agreed plan in two to four sentences."
+)
 
 
 def board_prompt(case: Case) -> str:
@@ -56,12 +82,20 @@ async def run(case: Case, panel: Panel, settings: BoardSettings) -> Outcome:
     case.require("summary", protocol="board")
     seat, model = panel.first()
     user = Message(role="user", content=board_prompt(case), images=case.images() if model.supports_vision else [])
-    reply = await model.complete(
-        [Message(role="system", content=SYSTEM), user], temperature=settings.temperature, max_tokens=settings.max_tokens
-    )
+    structured = settings.structured == "always" or (settings.structured == "auto" and model.provider == "local")
+    options = {"temperature": settings.temperature, "max_tokens": settings.max_tokens}
+    if settings.frequency_penalty is not None:
+        options["frequency_penalty"] = settings.frequency_penalty
+    if structured:
+        reply = await model.complete([Message(role="system", content=SYSTEM + "\n\n" + STRUCTURED_HINT), user], schema=WrittenMeeting, **options)
+        written = reply.text
+        reply.text = reply.parsed.as_tagged_text()  # one format downstream, whichever way it was written
+    else:
+        reply = await model.complete([Message(role="system", content=SYSTEM), user], **options)
     turns, conclusion, status = parse_meeting(reply.text)
     transcript = Transcript()
-    transcript.add_reply(reply, speaker=seat, role="board writer", phase="simulation", data={"parse_status": status})
+    transcript.add_reply(reply, speaker=seat, role="board writer", phase="simulation",
+                         data={"parse_status": status, "structured": structured} | ({"json": written} if structured else {}))
     for number, role, text in turns:
         transcript.add("turn", text, speaker=role, role=role, model=reply.model, round=number, phase="discussion")
     if conclusion:
