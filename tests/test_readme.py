@@ -7,7 +7,6 @@ import shlex
 import subprocess
 import sys
 
-import pytest
 
 from conftest import MEDPANEL, ROOT, needs_local_model
 

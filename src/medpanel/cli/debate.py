@@ -1,0 +1,3 @@
+"""Commands for debate (filled in by its module owner)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""Commands for replay (filled in by its module owner)."""
+
+from __future__ import annotations
