@@ -84,10 +84,15 @@ async def run_benchmark(
     panel: Panel | None = None,
     cases: list[Case] | None = None,
     on_progress: ProgressHook | None = None,
+    settings: BaseModel | None = None,
 ) -> RunResult:
-    """Start (or resume) a run and drive it to the end, a budget stop, or an interruption."""
+    """Start (or resume) a run and drive it to the end, a budget stop, or an interruption.
+
+    `settings`, when given, is the protocol's settings object as built by the caller (it may carry
+    callbacks such as a streaming `on_event`); otherwise it is validated from `config.settings`.
+    """
     spec = protocol or get_protocol(config.protocol)
-    settings = spec.settings.model_validate(config.settings)
+    settings = settings if settings is not None else spec.settings.model_validate(config.settings)
     cases = cases if cases is not None else load_dataset(config.dataset, config.limit)
     panel = panel or build_panel(config.models, runtime)
     if len(panel) < spec.min_models:

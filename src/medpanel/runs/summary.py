@@ -2,33 +2,23 @@
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
-from scipy import stats
-
+from medpanel.runs.stats import mean_t_interval, wilson
 from medpanel.runs.store import Store
 
 
 def mean_interval(values: list[float], confidence: float = 0.95) -> dict:
-    """Mean with its interval: Wilson for 0/1 scores (honest near 0 and 1), Student t otherwise."""
-    n = len(values)
-    if n == 0:
-        return {"n": 0, "mean": None, "low": None, "high": None, "method": None}
-    mean = sum(values) / n
-    if all(v in (0.0, 1.0) for v in values):
-        z = stats.norm.ppf(0.5 + confidence / 2)
-        denom = 1 + z * z / n
-        centre = (mean + z * z / (2 * n)) / denom
-        half = z * math.sqrt(mean * (1 - mean) / n + z * z / (4 * n * n)) / denom
-        return {"n": n, "mean": mean, "low": max(0.0, centre - half), "high": min(1.0, centre + half), "method": "wilson"}
-    if n == 1:
-        return {"n": 1, "mean": mean, "low": None, "high": None, "method": "t"}
-    sem = stats.sem(values)
-    if sem == 0:
-        return {"n": n, "mean": mean, "low": mean, "high": mean, "method": "t"}
-    low, high = stats.t.interval(confidence, n - 1, loc=mean, scale=sem)
-    return {"n": n, "mean": mean, "low": float(low), "high": float(high), "method": "t"}
+    """Mean with its interval: Wilson for 0/1 scores (honest near 0 and 1), Student t otherwise.
+
+    The maths lives in medpanel.runs.stats; this keeps the small dict shape the summaries print.
+    """
+    if values and all(v in (0.0, 1.0) for v in values):
+        interval = wilson(int(sum(values)), len(values), confidence)
+    else:
+        interval = mean_t_interval(values, confidence)
+    method = {"wilson": "wilson", "student-t": "t"}[interval.method] if interval.n else None
+    return {"n": interval.n, "mean": interval.estimate, "low": interval.low, "high": interval.high, "method": method}
 
 
 def summarize(store: Store, run_id: str) -> dict:
