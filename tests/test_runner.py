@@ -108,3 +108,15 @@ async def test_case_missing_fields_is_recorded_as_failed_with_fix(store):
     result = await run_benchmark(store, config(), runtime, panel=panel, cases=[Case(id="empty")])
     item = store.items(result.run_id)[0]
     assert item["status"] == "failed" and "has no question, options" in item["error"]
+
+
+async def test_breakdown_groups_scores_by_outcome_data(store):
+    from medpanel.runs.summary import breakdown
+
+    runtime = Runtime(cache=store)
+    panel = Panel.of([ScriptedModel(responder=lambda r: "Answer: A", runtime=runtime)])
+    # Odd questions have gold A (right), even ones gold B (wrong); group by the parsed flag the protocol records.
+    result = await run_benchmark(store, config(), runtime, panel=panel, cases=mcq(4))
+    groups = breakdown(store, result.run_id, "parsed")
+    assert list(groups) == ["True"]
+    assert groups["True"]["accuracy"]["n"] == 4 and groups["True"]["accuracy"]["mean"] == 0.5

@@ -216,6 +216,7 @@ def list_runs(store: StoreOpt = None, limit: Annotated[int, typer.Option("--limi
 def show(
     run: Annotated[str, typer.Argument(help="Run id, a unique prefix of it, or 'last'.")] = "last",
     item: Annotated[Optional[str], typer.Option("--item", help="Show one item's transcript.")] = None,
+    by: Annotated[Optional[str], typer.Option("--by", help="Break scores down by a field of the outcome data (e.g. qa_type, target_role).")] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -227,12 +228,21 @@ def show(
     if item is None:
         summary = summarize(db, run_id)
         summary["failed_items"] = [{"item": i["item_id"], "repeat": i["repeat"], "error": i["error"]} for i in db.items(run_id) if i["status"] == "failed"]
+        if by:
+            from medpanel.runs.summary import breakdown
+
+            summary["by"] = {by: breakdown(db, run_id, by)}
         if as_json:
             print_json(summary)
         else:
             _print_summary(summary)
             for f in summary["failed_items"][:10]:
                 out.print(f"  [red]failed[/] {f['item']}#{f['repeat']}: {f['error'].splitlines()[0]}")
+            for group, scores in (summary.get("by") or {}).get(by, {}).items():
+                out.print(f"[bold]{by} = {group}[/]")
+                for name, st in scores.items():
+                    interval = f" [{st['low']:.3f}, {st['high']:.3f}]" if st["low"] is not None else ""
+                    out.print(f"  {name}: {st['mean']:.3f}{interval} n={st['n']}")
         return
     events = db.events(run_id, item)
     if not events:

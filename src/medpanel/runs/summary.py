@@ -54,3 +54,16 @@ def summarize(store: Store, run_id: str) -> dict:
         "mean_item_seconds": round(sum((i["finished_at"] or 0) - (i["started_at"] or 0) for i in done) / n_done, 3),
         "message": run["message"],
     }
+
+
+def breakdown(store: Store, run_id: str, key: str) -> dict[str, dict[str, dict]]:
+    """Each score's mean with its interval per value of `key`, read from an item's outcome data
+    (e.g. qa_type, target_role for Specialist Turn; a case's cancer site)."""
+    outcomes = {(i["item_id"], i["repeat"]): (i["outcome"] or {}).get("data", {}) for i in store.items(run_id) if i["status"] == "done"}
+    groups: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in store.scores(run_id):
+        data = outcomes.get((row["item_id"], row["repeat"]))
+        if data is None or row["value"] is None:
+            continue
+        groups[str(data.get(key, "(none)"))][row["name"]].append(row["value"])
+    return {group: {name: mean_interval(values) for name, values in sorted(scores.items())} for group, scores in sorted(groups.items())}
