@@ -29,7 +29,7 @@ def board(
     case: Annotated[Path, typer.Argument(help="Case file (YAML/JSON) or a folder holding case.yaml.")],
     model: Annotated[str, typer.Option("--model", "-m", envvar="MEDPANEL_MODEL", help="Model spec (the writer, or the default for every seat with --live).")] = "local",
     live: Annotated[bool, typer.Option("--live", envvar="MEDPANEL_LIVE", help="Hold the meeting with a moderator agent and one agent per specialist.")] = False,
-    seat: Annotated[Optional[list[str]], typer.Option("--seat", help="ROLE=MODEL: give a role its own model (repeatable; implies --live).")] = None,
+    seat: Annotated[Optional[list[str]], typer.Option("--seat", envvar="MEDPANEL_SEAT", help="ROLE=MODEL: give a role its own model (repeatable; implies --live).")] = None,
     human: Annotated[Optional[list[str]], typer.Option("--human", envvar="MEDPANEL_HUMAN", help="ROLE a person takes at this terminal (repeatable; implies --live).")] = None,
     max_turns: Annotated[int, typer.Option("--max-turns", envvar="MEDPANEL_MAX_TURNS", min=1, max=40, help="Live board: bound on specialist turns.")] = 6,
     max_tokens: Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Written board: tokens for the meeting; live: per turn.")] = 600,

@@ -138,7 +138,7 @@ def bench(
     limit: Annotated[Optional[int], typer.Option("--limit", envvar="MEDPANEL_LIMIT", min=1, help="Only the first K items.")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", envvar="MEDPANEL_CONCURRENCY", min=1, max=1024, help="Items in flight at once.")] = 8,
     resume: Annotated[Optional[str], typer.Option("--resume", envvar="MEDPANEL_RESUME", help="Finish a run: only its missing or failed items are run.")] = None,
-    set_: Annotated[Optional[list[str]], typer.Option("--set", help="Protocol setting KEY=VALUE (repeatable).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", envvar="MEDPANEL_SET", help="Protocol setting KEY=VALUE (repeatable).")] = None,
     run_id: Annotated[Optional[str], typer.Option("--run-id", envvar="MEDPANEL_RUN_ID", help="Id for a new run (default: time-based).")] = None,
     store: StoreOpt = None,
     no_cache: NoCacheOpt = False,
@@ -197,7 +197,7 @@ def _print_summary(s: dict) -> None:
 
 
 @app.command("runs")
-def list_runs(store: StoreOpt = None, limit: Annotated[int, typer.Option("--limit", min=1)] = 50, as_json: JsonOpt = False) -> None:
+def list_runs(store: StoreOpt = None, limit: Annotated[int, typer.Option("--limit", envvar="MEDPANEL_RUNS_LIMIT", min=1, help="How many runs to list.")] = 50, as_json: JsonOpt = False) -> None:
     """List runs in the store, newest first."""
     rows = open_store(store).list_runs(limit)
     if as_json:
@@ -215,8 +215,8 @@ def list_runs(store: StoreOpt = None, limit: Annotated[int, typer.Option("--limi
 @app.command()
 def show(
     run: Annotated[str, typer.Argument(help="Run id, a unique prefix of it, or 'last'.")] = "last",
-    item: Annotated[Optional[str], typer.Option("--item", help="Show one item's transcript.")] = None,
-    by: Annotated[Optional[str], typer.Option("--by", help="Break scores down by a field of the outcome data (e.g. qa_type, target_role).")] = None,
+    item: Annotated[Optional[str], typer.Option("--item", envvar="MEDPANEL_ITEM", help="Show one item's transcript.")] = None,
+    by: Annotated[Optional[str], typer.Option("--by", envvar="MEDPANEL_BY", help="Break scores down by a field of the outcome data (e.g. qa_type, target_role).")] = None,
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
