@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sys
 
+from rich.markup import escape
+
 from medpanel.cli import core, board, debate, consult, scoring, replay, report  # noqa: F401, I001  (importing registers the commands, in help order)
 from medpanel.cli.common import app, err
 from medpanel.errors import MedpanelError
@@ -18,9 +20,10 @@ def main() -> None:
     try:
         app()
     except MedpanelError as exc:
-        err.print(f"[bold red]Error:[/] {exc.problem}")
+        # The problem and fix are plain text: '[local]' in an install hint is not markup.
+        err.print("[bold red]Error:[/] " + escape(exc.problem))
         if exc.fix:
-            err.print(exc.fix)
+            err.print(exc.fix, markup=False)
         sys.exit(exc.exit_code)
 
 

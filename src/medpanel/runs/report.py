@@ -46,15 +46,15 @@ def load_runs(store: Store, refs: list[str]) -> list[RunData]:
         raise UsageError(f"Run {', '.join(repeated)} is given more than once.", "Name each run once.")
     runs = []
     for run_id in ids:
-        run = store.get_run(run_id)
-        done = {(i["item_id"], i["repeat"]) for i in store.items(run_id) if i["status"] == "done"}
+        run, items = store.get_run(run_id), store.items(run_id)
+        done = {(i["item_id"], i["repeat"]) for i in items if i["status"] == "done"}
         scores: dict[str, dict[tuple[str, int], float]] = defaultdict(dict)
         for row in store.scores(run_id):
             key = (row["item_id"], row["repeat"])
             if row["value"] is not None and key in done:
                 scores[row["name"]][key] = float(row["value"])
         label = f"{run['protocol']}: {', '.join(run['models'])}"
-        runs.append(RunData(run, label, store.items(run_id), dict(scores)))
+        runs.append(RunData(run, label, items, dict(scores)))
     labels = [r.label for r in runs]
     for r in runs:  # two runs with the same protocol and models are told apart by their ids
         if labels.count(r.label) > 1:
@@ -127,7 +127,7 @@ def run_report(data: RunData, confidence: float) -> dict:
         "failures": {
             "by_kind": dict(sorted(by_kind.items())),
             "items": [{"item": i["item_id"], "repeat": i["repeat"], "kind": i["error_kind"] or "error",
-                       "error": (i["error"] or "").splitlines()[0] if i["error"] else ""} for i in failed],
+                       "error": (i["error"] or "").partition("\n")[0]} for i in failed],
         },
         "scores": {name: score_report(by_key, confidence) for name, by_key in sorted(data.scores.items())},
         "tokens": {"input_total": sum(i["input_tokens"] or 0 for i in items), "output_total": sum(i["output_tokens"] or 0 for i in items),
@@ -265,6 +265,7 @@ def plot_accuracy_vs_cost(report: dict, path: Path) -> Path:
         low = h["estimate"] - h["low"] if h["low"] is not None else 0.0
         high = h["high"] - h["estimate"] if h["high"] is not None else 0.0
         ax.errorbar([cost], [h["estimate"]], yerr=[[low], [high]], fmt="o", capsize=4, label=run["label"])
+    ax.set_xlim(left=0)  # dollars are never negative; free runs (cached, local) sit on the axis
     ax.set_xlabel("dollars per item (USD)")
     ax.set_ylabel(f"{name} (mean, {report['confidence']:.0%} interval)" if name else "score")
     ax.set_title(f"{name or 'score'} vs cost per item")
@@ -278,6 +279,10 @@ def plot_accuracy_vs_cost(report: dict, path: Path) -> Path:
 
 def _num(value, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|")  # a '|' in a model spec would split a table cell
 
 
 def _interval_text(iv: dict) -> str:
@@ -310,21 +315,22 @@ def render_markdown(report: dict) -> str:
             lines += [f"- {f['item']}#{f['repeat']} ({f['kind']}): {f['error']}" for f in run["failures"]["items"][:20]]
         lines.append("")
     if report["comparisons"]:
-        lines += ["## Paired comparisons", "", f"A − B is the mean difference on the shared items with a {c} percentile-bootstrap "
-                  f"interval ({report['resamples']} resamples of items, seed {report['seed']}).", "",
+        method = (f"A − B is the mean difference on the shared items with a {c} percentile-bootstrap interval "
+                  f"({report['resamples']} resamples of items, seed {report['seed']}).")
+        lines += ["## Paired comparisons", "", method, "",
                   "| score | A | B | items | A − B | tests (two-sided p) |", "|---|---|---|---|---|---|"]
         for cmp in report["comparisons"]:
             diff = cmp["difference"]
             tests = "; ".join(f"{t['method'].split(' (')[0]} p={_num(t['p_value'], 4)}" for t in cmp["tests"]) or cmp.get("note", "–")
             span = (f"{_num(diff['estimate'])} [{_num(diff['low'])}, {_num(diff['high'])}]" if diff and diff["estimate"] is not None else "–")
-            lines.append(f"| {cmp['score']} | {cmp['a_label']} | {cmp['b_label']} | {cmp['shared_items']} | {span} | {tests} |")
+            lines.append(f"| {cmp['score']} | {_cell(cmp['a_label'])} | {_cell(cmp['b_label'])} | {cmp['shared_items']} | {span} | {tests} |")
         lines.append("")
     for block in report["friedman"]:
         o = block["overall"]
         lines += [f"## Friedman test on {block['score']} ({block['shared_items']} shared items)", "",
                   f"chi² = {_num(o['statistic'])}, p = {_num(o['p_value'], 4)}" + (f" ({o['note']})" if o["note"] else ""), "",
                   "| A | B | Wilcoxon p | Bonferroni p |", "|---|---|---|---|"]
-        lines += [f"| {p['a']} | {p['b']} | {_num(p['p_value'], 4)} | {_num(p['p_adjusted'], 4)} |" for p in block["pairwise"]]
+        lines += [f"| {_cell(p['a'])} | {_cell(p['b'])} | {_num(p['p_value'], 4)} | {_num(p['p_adjusted'], 4)} |" for p in block["pairwise"]]
         lines.append("")
     lines += [f"- {note}" for note in report["notes"]]
     if report.get("files", {}).get("plot"):

@@ -11,9 +11,10 @@ What each test is for, and where the report uses it, is written up in docs/stati
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import combinations
-from typing import Any, Callable, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -118,8 +119,8 @@ def _check_confidence(confidence: float) -> None:
 
 def _statsmodels(feature: str):
     try:
-        import statsmodels.stats.contingency_tables as tables
-        import statsmodels.stats.multitest as multitest
+        from statsmodels.stats import contingency_tables as tables
+        from statsmodels.stats import multitest
     except ImportError:
         raise MissingExtraError(feature, "stats", "statsmodels") from None
     return tables, multitest
@@ -262,7 +263,7 @@ def wilcoxon_signed_rank(a: Sequence[float], b: Sequence[float]) -> TestResult:
     x, y = _paired(a, b)
     d = x - y
     nonzero = d[d != 0]
-    details = {"median_difference": float(np.median(d)) if len(d) else None, "nonzero_pairs": int(len(nonzero))}
+    details = {"median_difference": float(np.median(d)) if len(d) else None, "nonzero_pairs": len(nonzero)}
     if len(nonzero) == 0:
         note = "no pairs" if len(d) == 0 else "all differences are zero"
         return TestResult(0.0 if len(d) else None, 1.0 if len(d) else None, "Wilcoxon signed-rank", len(d), note, details)
@@ -355,7 +356,7 @@ def permutation_test_clustered(
     if n == 0:
         return TestResult(None, None, "clustered sign-flip permutation test", 0, "no pairs", details)
     exact = 2 ** k <= resamples
-    method = ("clustered sign-flip permutation test (exact, all 2^%d sign patterns)" % k if exact
+    method = (f"clustered sign-flip permutation test (exact, all 2^{k} sign patterns)" if exact
               else f"clustered sign-flip permutation test ({resamples} random sign patterns, seed {seed})")
     if np.all(sums_a == sums_b):
         return TestResult(0.0, 1.0, method, n, "every cluster's differences sum to zero", details)
