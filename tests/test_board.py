@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from medpanel.cases import load_case
 from medpanel.models import Runtime
 from medpanel.models.scripted import ScriptedModel
 from medpanel.protocols import Panel, get_protocol
-from medpanel.protocols.board import BoardSettings, parse_meeting
+from medpanel.protocols.board import BoardSettings
+
+from conftest import ROOT
 
 WELL_FORMED = """<discussion>
 <turn 1> Moderator: A 69-year-old man with Grade Group 2 disease at the right base.
@@ -14,23 +18,6 @@ WELL_FORMED = """<discussion>
 <turn 3> Radiation Oncologist: Radiotherapy with short ADT is equivalent.
 </discussion>
 <conclusion>Offer prostatectomy or radiotherapy. Discuss with the patient.</conclusion>"""
-
-
-def test_parses_well_formed_meeting():
-    turns, conclusion, status = parse_meeting(WELL_FORMED)
-    assert [(n, r) for n, r, _ in turns] == [(1, "Moderator"), (2, "Urologist"), (3, "Radiation Oncologist")]
-    assert turns[2][2] == "Radiotherapy with short ADT is equivalent."
-    assert conclusion == "Offer prostatectomy or radiotherapy. Discuss with the patient."
-    assert status == "parsed"
-
-
-def test_lenient_parse_warns_on_bad_numbering_and_missing_closers():
-    text = "<think>plan</think><discussion><turn 1> Moderator: Hi\n<turn 3> Urologist: Surgery\n<conclusion>Operate. Soon."
-    turns, conclusion, status = parse_meeting(text)
-    assert [n for n, _, _ in turns] == [1, 3]
-    assert conclusion == "Operate. Soon."
-    assert status == "parsed_with_warnings"
-    assert parse_meeting("Just some prose.") == ([], None, "raw_fallback")
 
 
 async def test_board_protocol_records_turns_and_conclusion(tmp_path):
@@ -44,7 +31,25 @@ async def test_board_protocol_records_turns_and_conclusion(tmp_path):
     assert speakers == ["Moderator", "Urologist", "Radiation Oncologist"]
     # A text-only model is shown the slides as captions in the prompt.
     assert "No slide descriptions are available." in model.history[0].messages[-1].content
-    assert spec.score(load_case(case_file), outcome) == {"has_conclusion": 1.0, "turns": 3.0}
+    # Every format component earns full credit (blocks, envelope, turn syntax, numbering 1..3, a
+    # two-sentence conclusion, no outer whitespace), so format = 0.25 x 1 + 0.75 x 1 = 1.0.
+    assert spec.score(load_case(case_file), outcome) == {"format": 1.0, "format_exact": 1.0, "has_conclusion": 1.0, "turns": 3.0}
+    # With the real board's conclusion on file, ROUGE-L of the conclusion is scored too.
+    case_file.write_text("summary: A 69-year-old man with prostate cancer.\nreference:\n  conclusion: Offer prostatectomy or radiotherapy.\n")
+    scores = spec.score(load_case(case_file), outcome)
+    # LCS = 4 words ("offer prostatectomy or radiotherapy"); candidate 8 words, reference 4: P = 4/8, R = 4/4, F1 = 2/3.
+    assert scores["rouge_l"] == pytest.approx(2 / 3)
+
+
+async def test_a_meeting_without_conclusion_scores_at_the_floor(tmp_path):
+    case_file = tmp_path / "case.yaml"
+    case_file.write_text("summary: A case.\nreference:\n  conclusion: Operate.\n")
+    model = ScriptedModel(["The board talked for a while."], runtime=Runtime())
+    spec = get_protocol("board")
+    outcome = await spec.run(load_case(case_file), Panel.of([model]), BoardSettings(structured="never"))
+    scores = spec.score(load_case(case_file), outcome)
+    assert outcome.answer is None and outcome.data["parse_status"] == "raw_fallback"
+    assert scores["rouge_l"] == 0.0 and scores["has_conclusion"] == 0.0 and scores["format"] < 0
 
 
 async def test_structured_mode_renders_json_into_the_tag_format(tmp_path):
@@ -64,3 +69,35 @@ async def test_structured_mode_renders_json_into_the_tag_format(tmp_path):
     plain = ScriptedModel([WELL_FORMED], runtime=Runtime())
     await get_protocol("board").run(load_case(case_file), Panel.of([plain]), BoardSettings())
     assert plain.history[0].schema is None
+
+
+async def test_judges_run_when_asked_and_their_scores_reach_the_scorer():
+    """The judge sits behind a real HTTP server (the mock answers every schema with valid JSON)."""
+    from medpanel.testing import MockServer
+
+    case = load_case(ROOT / "examples" / "prostate")
+    with MockServer(reply="choice") as srv:
+        model = ScriptedModel([WELL_FORMED], runtime=Runtime())
+        settings = BoardSettings(structured="never", judge=f"openai:judge@{srv.base_url}")
+        spec = get_protocol("board")
+        outcome = await spec.run(case, Panel.of([model]), settings)
+        requests = len(srv.requests)
+    judged = outcome.data["judges"]
+    assert set(judged) == {"conclusion_alignment", "four_decisions", "consistency"}
+    assert all(r["status"] == "ok" for r in judged.values()), judged
+    assert requests == 4  # alignment, decision scope, decision scores, consistency
+    scores = spec.score(case, outcome)
+    assert 1 <= scores["conclusion_alignment"] <= 5 and scores["judge_failed"] == 0.0
+    assert [e.role for e in outcome.transcript if e.kind == "score"] == ["conclusion_alignment", "four_decisions", "consistency"]
+
+
+async def test_bertscore_of_the_conclusion_when_asked(tmp_path):
+    pytest.importorskip("bert_score", reason="BERTScore needs the text-metrics extra")
+    case_file = tmp_path / "case.yaml"
+    case_file.write_text("summary: A case.\nreference:\n  conclusion: Offer prostatectomy or radiotherapy. Discuss with the patient.\n")
+    model = ScriptedModel([WELL_FORMED], runtime=Runtime())
+    spec = get_protocol("board")
+    outcome = await spec.run(load_case(case_file), Panel.of([model]), BoardSettings(structured="never", bertscore=True))
+    scores = spec.score(load_case(case_file), outcome)
+    assert scores["bertscore_f1"] == pytest.approx(1.0, abs=1e-4)  # the conclusion is the reference, word for word
+    assert "not comparable" in outcome.data["bertscore_note"]

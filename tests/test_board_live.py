@@ -14,7 +14,7 @@ from medpanel.models.human import HumanModel, TerminalIO
 from medpanel.models.scripted import ScriptedModel
 from medpanel.protocols import Panel, get_protocol
 from medpanel.protocols.board_live import CLOSE, LiveBoardSettings
-from medpanel.protocols.board import parse_meeting
+from medpanel.scoring.board_format import parse_board_response
 
 from conftest import ROOT
 
@@ -50,8 +50,8 @@ async def test_turn_order_follows_the_moderator_and_ends_with_the_conclusion():
     # Calls: opening, 3 floor decisions (the third closes), 2 specialist turns, closing = 7.
     assert len(model.history) == 7
     # The same tagged format as Board Simulation, so its scorers apply unchanged.
-    parsed_turns, conclusion, status = parse_meeting(outcome.data["raw"])
-    assert status == "parsed" and [r for _, r, _ in parsed_turns] == ["Moderator", "Radiologist", "Urologist"]
+    parsed = parse_board_response(outcome.data["raw"])
+    assert parsed.status == "parsed" and [t.role for t in parsed.turns] == ["Moderator", "Radiologist", "Urologist"]
     # The floor schema only offers seated roles or closing.
     floor_request = next(r for r in model.history if r.schema_name == "Floor")
     assert set(floor_request.schema["properties"]["next_speaker"]["enum"]) == {"Radiologist", "Urologist", "Radiation Oncologist", CLOSE}

@@ -148,6 +148,12 @@ def dataset_names() -> list[str]:
     return list(DATASETS)
 
 
+def _looks_like_otb(path: Path) -> bool:
+    """An uncompressed OpenTumorBoard file: its first record has their id fields or the ShareGPT form."""
+    first = next(_jsonl(path), {})
+    return any(key in first for key in ("simulation_id", "qa_id")) or first.get("format") == "sharegpt"
+
+
 def load_dataset(name: str, limit: int | None = None) -> list[Case]:
     """A named dataset, a case file or folder of case files, or a JSONL file of Case records."""
     if name in DATASETS:
@@ -156,7 +162,7 @@ def load_dataset(name: str, limit: int | None = None) -> list[Case]:
         path = Path(name)
         if not path.exists():
             raise UsageError(f"Unknown dataset '{name}'.", f"Use a name ({', '.join(DATASETS)}), a case file or folder, or a JSONL file of cases.")
-        if path.name.endswith(".jsonl.gz"):  # OpenTumorBoard's released records
+        if path.name.endswith(".jsonl.gz") or (path.suffix == ".jsonl" and _looks_like_otb(path)):  # OpenTumorBoard's records
             from medpanel.cases.opentumorboard import load_otb_records
 
             cases = load_otb_records(path)

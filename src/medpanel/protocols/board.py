@@ -6,15 +6,18 @@ board's conclusion, so the same scorers apply to it as to a live board.
 
 from __future__ import annotations
 
-import re
-
+import asyncio
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from medpanel.cases.model import Case
+from medpanel.models import build_model
 from medpanel.models.messages import Message
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
+from medpanel.scoring import judges
+from medpanel.scoring.board_format import parse_board_response, score_format
+from medpanel.scoring.text import bertscore, rouge_l
 from medpanel.transcript import Transcript
 
 SYSTEM = (
@@ -25,12 +28,34 @@ SYSTEM = (
     "<conclusion>Two to four sentences stating the agreed plan.</conclusion>"
 )
 
-_TURN = re.compile(r"<turn\s*(\d+)>\s*([^:\n<]{1,80}):\s*(.*?)(?=<turn\s*\d+>|</discussion>|<conclusion>|\Z)", re.S | re.I)
-_CONCLUSION = re.compile(r"<conclusion>\s*(.*?)\s*(?:</conclusion>|\Z)", re.S | re.I)
-_THINK = re.compile(r"^\s*<think>.*?</think>", re.S)
+class MeetingScoring(BaseModel):
+    """What to score a meeting with beyond its format and ROUGE-L: both board protocols take these."""
+
+    judge: str | None = None  # model spec of the judge: conclusion alignment, four decisions, consistency
+    judge_prompt_files: dict[str, str] = Field(default_factory=dict)  # rubric -> the paper's own prompt file
+    bertscore: bool = False  # BERTScore of the conclusion with the bundled MiniLM (the text-metrics extra)
+    _scopes: judges.ScopeBook = PrivateAttr(default_factory=judges.ScopeBook)  # decision scopes, frozen per reference for the run
 
 
-class BoardSettings(BaseModel):
+async def judge_meeting(case: Case, outcome: Outcome, settings: MeetingScoring, runtime) -> None:
+    """Run the requested judges and BERTScore on a finished meeting; results go into outcome.data and the transcript."""
+    if settings.judge:
+        judge = build_model(settings.judge, runtime)
+        try:
+            results = await judges.judge_board(judge, case, outcome.data.get("raw", ""), scopes=settings._scopes,
+                                               prompt_files=settings.judge_prompt_files or None)
+        finally:
+            await judge.aclose()
+        for result in results.values():
+            judges.record(outcome.transcript, result)
+        outcome.data["judges"] = {name: r.model_dump(mode="json") for name, r in results.items()}
+    if settings.bertscore and case.reference.conclusion:
+        result = await asyncio.to_thread(bertscore, [outcome.answer or ""], [case.reference.conclusion])
+        outcome.data["bertscore_f1"] = result.f1[0]
+        outcome.data["bertscore_note"] = result.note
+
+
+class BoardSettings(MeetingScoring):
     temperature: float = 0.0
     max_tokens: int = 600
     # "auto": small embedded models write the meeting as schema-constrained JSON (they cannot hold the
@@ -60,22 +85,11 @@ STRUCTURED_HINT = (
 
 
 def board_prompt(case: Case) -> str:
-    return f"CASE SUMMARY:\n{case.summary}\n\nSLIDE DESCRIPTIONS:\n{case.slide_text()}"
-
-
-def parse_meeting(text: str) -> tuple[list[tuple[int, str, str]], str | None, str]:
-    """(turns as (number, role, text), conclusion or None, parse status) from a written meeting."""
-    body = _THINK.sub("", text).strip()
-    body = re.sub(r"^```\w*\s*|\s*```$", "", body)
-    turns = [(int(n), role.strip(), " ".join(t.split())) for n, role, t in _TURN.findall(body)]
-    match = _CONCLUSION.search(body)
-    conclusion = " ".join(match.group(1).split()) if match and match.group(1).strip() else None
-    if not turns and conclusion is None:
-        return [], None, "raw_fallback"
-    numbered = [n for n, _, _ in turns] == list(range(1, len(turns) + 1))
-    closed = "</discussion>" in body.lower() and (match is not None and "</conclusion>" in body.lower())
-    status = "parsed" if turns and conclusion and numbered and closed else "parsed_with_warnings"
-    return turns, conclusion, status
+    """The benchmark's user text; OpenTumorBoard records keep their own slide lines and are rebuilt byte for byte."""
+    if case.metadata.get("sharegpt_user"):
+        return case.metadata["sharegpt_user"]
+    slides = case.metadata.get("slides_text") if case.metadata.get("otb_task") else None
+    return f"CASE SUMMARY:\n{case.summary}\n\nSLIDE DESCRIPTIONS:\n{slides or case.slide_text()}"
 
 
 async def run(case: Case, panel: Panel, settings: BoardSettings) -> Outcome:
@@ -92,20 +106,38 @@ async def run(case: Case, panel: Panel, settings: BoardSettings) -> Outcome:
         reply.text = reply.parsed.as_tagged_text()  # one format downstream, whichever way it was written
     else:
         reply = await model.complete([Message(role="system", content=SYSTEM), user], **options)
-    turns, conclusion, status = parse_meeting(reply.text)
+    parsed = parse_board_response(reply.text)
     transcript = Transcript()
     transcript.add_reply(reply, speaker=seat, role="board writer", phase="simulation",
-                         data={"parse_status": status, "structured": structured} | ({"json": written} if structured else {}))
-    for number, role, text in turns:
-        transcript.add("turn", text, speaker=role, role=role, model=reply.model, round=number, phase="discussion")
-    if conclusion:
-        transcript.add("decision", conclusion, speaker="Board", phase="conclusion")
-    return Outcome(answer=conclusion, transcript=transcript, data={"parse_status": status, "turns": len(turns), "raw": reply.text})
+                         data={"parse_status": parsed.status, "structured": structured} | ({"json": written} if structured else {}))
+    for turn in parsed.turns:
+        transcript.add("turn", turn.text, speaker=turn.role, role=turn.role, model=reply.model, round=turn.number, phase="discussion")
+    if parsed.conclusion:
+        transcript.add("decision", parsed.conclusion, speaker="Board", phase="conclusion")
+    outcome = Outcome(answer=parsed.conclusion, transcript=transcript,
+                      data={"parse_status": parsed.status, "warnings": parsed.warnings, "turns": len(parsed.turns), "raw": reply.text,
+                            "output_tokens": reply.usage.output_tokens, "truncated": reply.finish_reason == "length"})
+    await judge_meeting(case, outcome, settings, model.runtime)
+    return outcome
 
 
 def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
-    # Placeholder until the OpenTumorBoard scorers land: whether the meeting parsed with a conclusion.
-    return {"has_conclusion": 1.0 if outcome.answer else 0.0, "turns": float(outcome.data.get("turns", 0))}
+    """Judge-free scores of a written or live meeting: its format (the released reward's format term)
+    and ROUGE-L of its conclusion against the real board's. Judge and BERTScore results, when the
+    run asked for them, are read from the outcome's data."""
+    data = outcome.data
+    fmt = score_format(data.get("raw", ""), response_tokens=data.get("output_tokens") or None, truncated=bool(data.get("truncated")))
+    scores: dict[str, float | None] = {"format": fmt.score, "format_exact": 1.0 if fmt.exact else 0.0,
+                                       "has_conclusion": 1.0 if outcome.answer else 0.0, "turns": float(data.get("turns", 0))}
+    reference = case.reference.conclusion
+    if reference:
+        # No conclusion is a format failure scored at the floor, never dropped.
+        scores["rouge_l"] = rouge_l(outcome.answer, reference).f1 if outcome.answer else 0.0
+    if data.get("bertscore_f1") is not None:
+        scores["bertscore_f1"] = float(data["bertscore_f1"])
+    if data.get("judges"):
+        scores |= judges.merged_scores([judges.JudgeResult.model_validate(r) for r in data["judges"].values()])
+    return scores
 
 
 SPEC = ProtocolSpec(name="board", run=run, settings=BoardSettings, score=score, description="one model writes a tumor-board meeting and its conclusion")

@@ -25,8 +25,9 @@ from medpanel.models.base import Model
 from medpanel.models.human import HumanModel
 from medpanel.models.messages import Message
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
-from medpanel.protocols.board import board_prompt, parse_meeting
+from medpanel.protocols.board import MeetingScoring, board_prompt, judge_meeting
 from medpanel.protocols.board import score as board_score
+from medpanel.scoring.board_format import parse_board_response
 from medpanel.transcript import Event, Transcript
 
 MODERATOR = "Moderator"
@@ -51,7 +52,7 @@ SPECIALIST_SYSTEM = (
 )
 
 
-class LiveBoardSettings(BaseModel):
+class LiveBoardSettings(MeetingScoring):
     max_turns: int = Field(default=6, ge=1, le=40)  # specialist turns, the bound on the whole meeting
     max_specialists: int = Field(default=4, ge=1, le=len(CATALOGUE))
     roles: list[str] = Field(default_factory=list)  # specialists who must be seated, whatever the moderator says
@@ -198,10 +199,12 @@ async def run(case: Case, panel: Panel, settings: LiveBoardSettings) -> Outcome:
     meeting.transcript.add("decision", conclusion, speaker="Board", phase="conclusion")
 
     text = render_meeting(meeting.spoken[:-1], conclusion)
-    turns, parsed_conclusion, status = parse_meeting(text)
-    return Outcome(answer=parsed_conclusion, transcript=meeting.transcript,
-                   data={"raw": text, "parse_status": status, "turns": len(turns), "roles": roles,
-                         "humans": settings.humans, "seats": {r: m.id for r, m in meeting.models.items()}})
+    parsed = parse_board_response(text)
+    outcome = Outcome(answer=parsed.conclusion, transcript=meeting.transcript,
+                      data={"raw": text, "parse_status": parsed.status, "turns": len(parsed.turns), "roles": roles,
+                            "humans": settings.humans, "seats": {r: m.id for r, m in meeting.models.items()}})
+    await judge_meeting(case, outcome, settings, meeting.runtime)
+    return outcome
 
 
 def render_meeting(spoken: list[tuple[str, str]], conclusion: str) -> str:

@@ -285,6 +285,14 @@ class Store:
         statements += [("INSERT INTO scores VALUES (?, ?, ?, ?, ?)", (*key, name, value)) for name, value in scores.items()]
         self._write(statements)
 
+    def add_scores(self, run_id: str, item_id: str, repeat: int, scores: dict[str, float | None]) -> None:
+        """Add or replace the named scores of a recorded item, keeping its other scores (e.g. a judge's,
+        computed after the run). Unlike write_item, which replaces an item's scores wholesale."""
+        if not self._query("SELECT 1 FROM items WHERE run_id = ? AND item_id = ? AND repeat = ?", (run_id, item_id, repeat)):
+            raise UsageError(f"Run {run_id} has no item '{item_id}' (repeat {repeat}) to add scores to.", "Item ids are listed by `medpanel show RUN --json`.")
+        self._write([("INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?)", (run_id, item_id, repeat, name, value))
+                     for name, value in scores.items()])
+
     def items(self, run_id: str) -> list[dict]:
         rows = self._query("SELECT * FROM items WHERE run_id = ? ORDER BY item_id, repeat", (run_id,))
         out = []
