@@ -101,3 +101,25 @@ async def test_bertscore_of_the_conclusion_when_asked(tmp_path):
     scores = spec.score(load_case(case_file), outcome)
     assert scores["bertscore_f1"] == pytest.approx(1.0, abs=1e-4)  # the conclusion is the reference, word for word
     assert "not comparable" in outcome.data["bertscore_note"]
+
+
+def test_bench_over_the_example_cases_gives_per_case_scores_and_intervals(cli_env, tmp_path):
+    import json
+    import subprocess
+
+    from conftest import MEDPANEL
+
+    replies = tmp_path / "meetings.yaml"
+    replies.write_text(json.dumps([WELL_FORMED, "<discussion>\n<turn 1> Moderator: Brief.\n</discussion>\n<conclusion>Operate.</conclusion>"]))
+    proc = subprocess.run([MEDPANEL, "bench", "examples", "-p", "board", "-m", f"scripted:{replies}", "-c", "1", "--json"],
+                          env=cli_env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["items"]["done"] == 2
+    rouge = summary["scores"]["rouge_l"]
+    assert rouge["n"] == 2 and rouge["low"] is not None and rouge["low"] <= rouge["mean"] <= rouge["high"]
+    # One well-formed meeting (exact format) and one with a one-sentence conclusion (not exact): 1 of 2.
+    assert summary["scores"]["format_exact"]["mean"] == 0.5
+    shown = json.loads(subprocess.run([MEDPANEL, "show", summary["run_id"], "--by", "parse_status", "--json"], env=cli_env, cwd=ROOT,
+                                      capture_output=True, text=True, timeout=60).stdout)
+    assert set(shown["by"]["parse_status"]) <= {"parsed", "parsed_with_warnings"}

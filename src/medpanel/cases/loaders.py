@@ -126,6 +126,7 @@ DATASETS: dict[str, Callable[[], Iterator[Case]] | str] = {
     "medmcqa": "medpanel.cases.mcq_datasets:load_medmcqa",
     "medxpertqa": "medpanel.cases.mcq_datasets:load_medxpertqa",
     "rabbits": "medpanel.cases.mcq_datasets:load_rabbits_pairs",
+    "medqa-missing-answer": "medpanel.cases.mcq_datasets:load_medqa_missing_answer",
     # OSCE scenarios
     "agentclinic": "medpanel.cases.osce:load_agentclinic_medqa",
     "agentclinic-extended": "medpanel.cases.osce:load_agentclinic_extended",

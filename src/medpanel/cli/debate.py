@@ -1,3 +1,146 @@
-"""Commands for debate (filled in by its module owner)."""
+"""`medpanel debate`: a panel debates one question (MCC), each turn printed as it lands; stored as a run."""
 
 from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from pydantic import ValidationError
+
+from medpanel.cli.common import (JsonOpt, NoCacheOpt, PricesOpt, StoreOpt, TimeoutOpt, app, err, make_runtime, open_store, out,
+                                 parse_sets, print_json, split_models)
+from medpanel.errors import MedpanelError, UsageError
+
+MODES = ("mcq", "longform")
+
+
+def _inline_case(question: str | None, options: list[str] | None, answer: str | None, mode: str):
+    from medpanel.cases import Case, Reference
+
+    if not question:
+        raise UsageError("No question given.", "Pass a case file, or --question 'TEXT' with --option A=... --option B=... .")
+    parsed: dict[str, str] = {}
+    for item in options or []:
+        letter, sep, text = item.partition("=")
+        letter = letter.strip().upper()
+        if not sep or len(letter) != 1 or not letter.isalpha() or not text.strip():
+            raise UsageError(f"--option '{item}' is not LETTER=TEXT.", "Write each option as --option A='Aspirin'.")
+        if letter in parsed:
+            raise UsageError(f"Option {letter} is given twice.", "Give each letter once.")
+        parsed[letter] = text.strip()
+    if mode == "mcq" and len(parsed) < 2:
+        raise UsageError("A multiple-choice debate needs at least two options.", "Add --option A=... --option B=..., or use --mode longform.")
+    return Case(id="question", source="command line", question=question, options=parsed, reference=Reference(answer=answer))
+
+
+def _settings(mode: str, spec, base: dict[str, Any]) -> dict[str, Any]:
+    """Only the settings the chosen protocol has; an explicit option it lacks is an error, not silently dropped."""
+    fields = spec.settings.model_fields
+    unknown = [k for k, v in base.items() if v is not None and k not in fields]
+    if unknown:
+        raise UsageError(f"The {mode} debate has no setting {', '.join(unknown)}.", f"Its settings: {', '.join(f for f in fields if f != 'on_event')}.")
+    return {k: v for k, v in base.items() if v is not None}
+
+
+def _printer(options: dict[str, str]):
+    def show(event) -> None:
+        if event.kind == "turn":
+            choice = event.data.get("choice")
+            label = f" → {choice}" if "choice" in event.data else ""
+            out.print(f"\n[bold cyan]{event.speaker}[/] [dim]round {event.round} · {event.phase}{label}[/]")
+            out.print(event.text.strip(), markup=False, highlight=False)
+        elif event.kind == "note":
+            out.print(f"[yellow]{event.text}[/]")
+        elif event.kind == "decision":
+            text = event.text or "(no answer)"
+            how = event.data.get("method") or event.data.get("stopped_by") or ""
+            shown = f"{text}. {options[text]}" if text in options else text
+            out.print(f"\n[bold green]Decision[/] [dim]{how}[/]: {shown}")
+    return show
+
+
+@app.command("debate")
+def debate_command(
+    case_file: Annotated[Optional[Path], typer.Argument(metavar="CASE", help="Case file (YAML/JSON) with a question (and options). Or use --question.")] = None,
+    question: Annotated[Optional[str], typer.Option("--question", "-q", envvar="MEDPANEL_QUESTION", help="The question, when no case file is given.")] = None,
+    option: Annotated[Optional[list[str]], typer.Option("--option", "-o", envvar="MEDPANEL_OPTION", help="An option LETTER=TEXT (repeatable).")] = None,
+    answer: Annotated[Optional[str], typer.Option("--answer", envvar="MEDPANEL_ANSWER", help="The key's letter, if known: the result says whether the panel got it.")] = None,
+    models: Annotated[Optional[list[str]], typer.Option("--models", "-m", envvar="MEDPANEL_MODELS", help="Seats: model specs, comma-separated (the same spec repeated makes replicas).")] = None,
+    mode: Annotated[str, typer.Option("--mode", envvar="MEDPANEL_MODE", help="mcq (choose an option) or longform (open answer, scored review).")] = "mcq",
+    rounds: Annotated[int, typer.Option("--rounds", envvar="MEDPANEL_ROUNDS", min=0, max=10, help="Most debate rounds before the vote.")] = 3,
+    order: Annotated[Optional[str], typer.Option("--order", envvar="MEDPANEL_ORDER", help="simultaneous (the paper's rounds) or sequential (MCC's code: each seat sees this round's earlier answers).")] = None,
+    peer_context: Annotated[Optional[str], typer.Option("--peer-context", envvar="MEDPANEL_PEER_CONTEXT", help="What seats see of their peers: full (answers with reasons) or choice.")] = None,
+    tie_policy: Annotated[Optional[str], typer.Option("--tie-policy", envvar="MEDPANEL_TIE_POLICY", help="A tied final vote: abstain, first-model or random-seeded.")] = None,
+    temperature: Annotated[float, typer.Option("--temperature", envvar="MEDPANEL_TEMPERATURE", min=0.0, max=2.0, help="Sampling temperature; replicas of one model differ only above 0.")] = 0.0,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Most tokens per answer.")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", envvar="MEDPANEL_SEED", help="Seat i samples with seed + i.")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", envvar="MEDPANEL_SET", help="Any other protocol setting KEY=VALUE (repeatable), e.g. peer_max_chars=2000.")] = None,
+    store: StoreOpt = None,
+    no_cache: NoCacheOpt = False,
+    prices: PricesOpt = None,
+    timeout: TimeoutOpt = 300.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """A panel of models debates one question: independent answers, debate where they differ, a vote if needed."""
+    from medpanel.cases import load_case
+    from medpanel.protocols import get_protocol
+    from medpanel.runs.runner import RunConfig, build_panel, run_benchmark
+
+    if mode not in MODES:
+        raise UsageError(f"Unknown mode '{mode}'.", f"Use --mode {' or --mode '.join(MODES)}.")
+    if case_file is not None and (question or option):
+        raise UsageError("Both a case file and --question/--option were given.", "Use one or the other.")
+    case = load_case(case_file) if case_file is not None else _inline_case(question, option, answer, mode)
+    if answer and case_file is not None:
+        case.reference.answer = answer.strip().upper()
+    seats = split_models(models)
+    if len(seats) < 2 and mode == "mcq":
+        raise UsageError(f"A debate needs at least two seats; got {len(seats)}.", "Pass --models a,b,c (e.g. --models local,local,local with --temperature 0.7).")
+    if mode == "mcq":
+        spec = get_protocol("debate")
+    else:
+        try:
+            spec = get_protocol("longform")
+        except (ImportError, AttributeError):  # built separately; absent from older checkouts
+            raise UsageError("The long-form debate is not available in this installation yet.", "Use --mode mcq, or update medpanel.") from None
+
+    settings = _settings(mode, spec, {
+        "max_rounds": rounds, "order": order, "peer_context": peer_context, "tie_policy": tie_policy,
+        "temperature": temperature, "max_tokens": max_tokens,
+        "seeds": [seed + i for i in range(len(seats))] if seed is not None else None,
+    }) | parse_sets(set_)
+    try:
+        spec.settings.model_validate(settings)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
+        raise UsageError(f"Invalid debate setting: {problems}.", "See `medpanel debate --help` for the values each option takes.") from None
+
+    db = open_store(store)
+    runtime = make_runtime(db, no_cache=no_cache, prices=prices, timeout=timeout)
+    panel = build_panel(seats, runtime)
+    config = RunConfig(dataset=str(case_file) if case_file else "command line", protocol=spec.name, models=seats, settings=settings)
+    streaming = spec
+    if not as_json:
+        printer = _printer(case.options)
+
+        async def run_streaming(c, p, s):
+            return await spec.run(c, p, s.model_copy(update={"on_event": printer}))
+
+        streaming = dataclasses.replace(spec, run=run_streaming)
+        err.print(f"[dim]{spec.name} on '{case.id}' with {', '.join(panel.seats)} (a local model loads on first use)...[/]")
+    result = asyncio.run(run_benchmark(db, config, runtime, protocol=streaming, panel=panel, cases=[case]))
+    items = db.items(result.run_id)
+    item = items[0] if items else None
+    if as_json:
+        print_json({"run_id": result.run_id, "item": item, "events": db.events(result.run_id, case.id)})
+        return
+    if item is None or item["status"] != "done":
+        raise MedpanelError(f"The debate failed: {item['error'] if item else 'no result'}", f"See `medpanel show {result.run_id}`.")
+    scores = {s["name"]: s["value"] for s in db.scores(result.run_id)}
+    if scores.get("accuracy") is not None:
+        out.print("[green]correct[/]" if scores["accuracy"] == 1.0 else f"[red]incorrect[/] (key: {case.reference.answer})")
+    totals = f"{item['input_tokens']}+{item['output_tokens']} tokens · ${item['cost_usd']:.6f}"
+    err.print(f"[dim]run {result.run_id} · {totals} · see it again with: medpanel show {result.run_id} --item {case.id}[/]")

@@ -28,12 +28,13 @@ import random
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Literal, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from medpanel.cases.model import Case
-from medpanel.errors import BudgetExceeded, MedpanelError, ModelCallError, UsageError
+from medpanel.errors import BudgetExceeded, ModelCallError, UsageError
 from medpanel.models.base import Model, Reply
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
 from medpanel.protocols.single import SYSTEM as ANSWER_SYSTEM
@@ -134,7 +135,8 @@ def seat_options(settings: PanelSettings, index: int, panel_size: int) -> dict[s
     options: dict[str, Any] = {"temperature": settings.temperature, "max_tokens": settings.max_tokens, "sample_index": index}
     if settings.seeds is not None:
         if len(settings.seeds) != panel_size:
-            raise UsageError(f"seeds has {len(settings.seeds)} entries for {panel_size} seats.", "Give one seed per seat, e.g. --set seeds=[1,2,3].")
+            raise UsageError(f"seeds has {len(settings.seeds)} entries; {panel_size} are needed.",
+                             "Give one seed per seat (per draw for self-consistency), e.g. --set seeds=[1,2,3].")
         options["seed"] = settings.seeds[index]
     return options
 
@@ -184,18 +186,17 @@ async def ask_seats(
         return reply, event
 
     results = await asyncio.gather(*(one(s) for s in calls), return_exceptions=True)
-    failures = [(s, r) for s, r in zip(calls, results) if isinstance(r, BaseException)]
-    for seat, exc in failures:
-        if isinstance(exc, BudgetExceeded):
-            raise exc
+    failures = [(s, r) for s, r in zip(calls, results, strict=True) if isinstance(r, BaseException)]
+    budget = next((exc for _, exc in failures if isinstance(exc, BudgetExceeded)), None)
+    if budget is not None:
+        raise budget
     if failures:
         seat, exc = failures[0]
         if isinstance(exc, ModelCallError):
-            raise ModelCallError(f"Seat '{seat}' ({models[seat].id}) failed {where}: {exc.problem}", exc.fix, kind=exc.kind, model=exc.model or models[seat].id) from exc
-        if isinstance(exc, MedpanelError):
-            raise exc
-        raise exc
-    return {s: r for s, r in zip(calls, results)}  # type: ignore[misc]
+            raise ModelCallError(f"Seat '{seat}' ({models[seat].id}) failed {where}: {exc.problem}", exc.fix,
+                                 kind=exc.kind, model=exc.model or models[seat].id) from exc
+        raise exc  # a usage error or a bug: as it is
+    return dict(zip(calls, results, strict=True))  # type: ignore[arg-type]
 
 
 async def initial_answers(case: Case, panel: Panel, settings: PanelSettings, transcript: Transcript) -> dict[str, Stance]:
@@ -219,7 +220,10 @@ async def initial_answers(case: Case, panel: Panel, settings: PanelSettings, tra
 
 
 def _turn_event(reply: Reply, seat: str, *, round: int, phase: str, data: dict) -> Event:
-    return Transcript().add_reply(reply, speaker=seat, role="panelist", round=round, phase=phase, data=data)
+    """A seat's turn, built as it lands and appended to the transcript later in seat order."""
+    return Event(kind="turn", text=reply.text, speaker=seat, role="panelist", model=reply.model, round=round, phase=phase,
+                 data=data, input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
+                 latency_s=reply.latency_s, cost_usd=reply.cost_usd, cached=reply.cached)
 
 
 def consensus_choice(stances: dict[str, Stance]) -> str | None:
@@ -248,7 +252,7 @@ class _Debate:
                             "consensus": agreed is not None, "consensus_choice": agreed, "after_seat": after_seat})
         return agreed
 
-    def call(self, seat: str, round: int, view: dict[str, Stance]) -> Callable[[], Awaitable[Reply]]:
+    def call(self, seat: str, view: dict[str, Stance]) -> Callable[[], Awaitable[Reply]]:
         index = self.seats.index(seat)
         messages = debate_messages(self.case, seat, self.labels, view, self.settings)
         options = seat_options(self.settings, index, len(self.seats))
@@ -267,7 +271,7 @@ class _Debate:
         before, after = self.latest[seat].choice, event.data["choice"]
         self.latest[seat] = Stance(after, reply.text, round)
         if after != before:
-            shift = {"seat": seat, "round": round, "from": before, "to": after}
+            shift = {"seat": seat, "model": self.panel.seats[seat].id, "round": round, "from": before, "to": after}
             self.shifts.append(shift)
             note = self.transcript.add("note", f"{seat} changed its answer from {before or 'none'} to {after or 'none'}",
                                        speaker=seat, round=round, phase="debate", data={"shift": shift})
@@ -275,7 +279,7 @@ class _Debate:
 
     async def simultaneous_round(self, round: int) -> str | None:
         view = dict(self.latest)
-        calls = {s: self.call(s, round, view) for s in self.seats}
+        calls = {s: self.call(s, view) for s in self.seats}
         done = await ask_seats(calls, self.settings, lambda s, r: self.turn_event(s, r, round, view),
                                where=f"in debate round {round}", models=self.panel.seats)
         for seat, (reply, event) in done.items():
@@ -285,7 +289,7 @@ class _Debate:
     async def sequential_round(self, round: int) -> str | None:
         for seat in self.seats:
             view = dict(self.latest)  # peers earlier in this round show this round's answers
-            done = await ask_seats({seat: self.call(seat, round, view)}, self.settings, lambda s, r: self.turn_event(s, r, round, view),
+            done = await ask_seats({seat: self.call(seat, view)}, self.settings, lambda s, r, view=view: self.turn_event(s, r, round, view),
                                    where=f"in debate round {round}", models=self.panel.seats)
             reply, event = done[seat]
             self.record(seat, reply, event, round)

@@ -13,7 +13,7 @@ it reproduces the logged round scores 0.89 and 0.91, the sample deviation would 
 from __future__ import annotations
 
 from statistics import fmean, pstdev
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from medpanel.errors import UsageError
 

@@ -1,0 +1,104 @@
+"""Replay a folder of MCC's published debate logs: parse every log, re-settle it, summarise.
+
+    report = replay_mcc_folder(Path("../shared/data/mcc_logs/MedQA"))
+    report["multiple_choice"]["final"]["correct"]   # 1179 on MedQA
+
+A folder may hold multiple-choice logs (one question per file) and long-form logs (cross-evaluation
+scores); each .txt file is sniffed and replayed the way its content calls for.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import asdict
+from pathlib import Path
+from collections.abc import Sequence
+
+from medpanel.errors import UsageError
+from medpanel.replay.mcc_longform import is_long_form, replay_long_form
+from medpanel.replay.mcc_parse import SEAT_MODELS, SEATS, ParsedLog, parse_log
+from medpanel.replay.mcc_replay import DebateReplay, replay_debate, summarize_replays
+from medpanel.replay.voting import MCC_RULES, VoteRules
+
+
+def _natural_key(path: Path) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8-sig", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"Cannot read {path}: {exc.strerror or exc}.", "Check the path and its permissions.") from None
+
+
+def load_logs(source: Path) -> tuple[list[tuple[Path, str]], list[tuple[Path, str]]]:
+    """(multiple-choice logs, long-form logs) as (path, text), in natural file order."""
+    source = Path(source)
+    if source.is_file():
+        files = [source]
+    elif source.is_dir():
+        files = sorted((p for p in source.iterdir() if p.is_file() and p.suffix.lower() == ".txt"), key=_natural_key)
+    else:
+        raise UsageError(f"{source} does not exist.", "Point at a folder of MCC logs, e.g. ../shared/data/mcc_logs/MedQA.")
+    if not files:
+        raise UsageError(f"{source} holds no .txt logs.", "Point at a folder of case_N.txt files, e.g. ../shared/data/mcc_logs/MedQA.")
+    choice_logs, long_logs = [], []
+    for path in files:
+        text = _read(path)
+        (long_logs if is_long_form(text) else choice_logs).append((path, text))
+    return choice_logs, long_logs
+
+
+def replay_logs(texts: Sequence[tuple[Path, str]], rules: VoteRules = MCC_RULES,
+                seats: tuple[str, ...] = SEATS) -> tuple[list[ParsedLog], list[DebateReplay]]:
+    logs = [parse_log(text, path, seats) for path, text in texts]
+    return logs, [replay_debate(log.transcript, seats, rules, key=log.id) for log in logs]
+
+
+def replay_mcc_folder(source: Path, rules: VoteRules = MCC_RULES, seats: tuple[str, ...] = SEATS,
+                      long_form: Path | None = None, store=None, run_id: str | None = None) -> dict:
+    """The full report: multiple-choice summary (if any such logs), long-form replays, and timings.
+    With a `store`, the parsed transcripts are also saved as a run (one item per log)."""
+    started = time.perf_counter()
+    choice_texts, long_texts = load_logs(source)
+    if long_form is not None:
+        if not Path(long_form).is_file():
+            raise UsageError(f"Long-form log {long_form} not found.", "Pass the path of a file such as table_s14_complete_log.txt.")
+        long_texts.append((Path(long_form), _read(Path(long_form))))
+    read_s = time.perf_counter() - started
+    report: dict = {"source": str(source), "multiple_choice": None, "long_form": [], "skipped": []}
+    parsed, settled = replay_logs(choice_texts, rules, seats)
+    debates = [(log, rep) for log, rep in zip(parsed, settled, strict=True) if log.transcript.turns()]
+    report["skipped"] = [str(log.path) for log in parsed if not log.transcript.turns()]  # a .txt without turns is no debate log
+    if debates:
+        logs, replays = [log for log, _ in debates], [rep for _, rep in debates]
+        report["multiple_choice"] = summarize_replays(logs, replays, seats, rules)
+        if store is not None:
+            report["stored_run"] = store_replay(store, logs, replays, source=source, rules=rules, seats=seats, run_id=run_id)
+    report["long_form"] = [replay_long_form(text, path) for path, text in long_texts]
+    report["timing_s"] = {"read": round(read_s, 3), "total": round(time.perf_counter() - started, 3)}
+    return report
+
+
+def store_replay(store, logs: Sequence[ParsedLog], replays: Sequence[DebateReplay], *, source: Path, rules: VoteRules,
+                 seats: tuple[str, ...] = SEATS, run_id: str | None = None) -> str:
+    """Save parsed logs as a run: each item's transcript (turns, the logged decision, the replayed
+    decision) and its scores, so `medpanel show` and reports read a replay like any other run."""
+    run_id = run_id or f"mcc-replay-{time.strftime('%Y%m%d-%H%M%S')}"
+    store.create_run(run_id, dataset=f"mcc-logs:{Path(source).name}", protocol="mcc-replay", models=[SEAT_MODELS.get(s, s) for s in seats],
+                     settings={"source": str(source), "rules": asdict(rules), "seats": list(seats), "replay": True})
+    for log, rep in zip(logs, replays, strict=True):
+        gold = log.case.reference.answer
+        events = [e.model_dump(mode="json") for e in log.transcript] + [rep.decision_event().model_dump(mode="json")]
+        scores = {"accuracy": None if gold is None else float(rep.final == gold)}
+        scores.update({f"initial_{seat}": None if gold is None else float(rep.initial.get(seat) == gold) for seat in seats})
+        outcome = {"answer": rep.final, "method": rep.method, "consensus_round": rep.consensus_round, "gold": gold,
+                   "logged_answer": log.logged.final, "case": log.case.model_dump(mode="json", include={"id", "question", "options"})}
+        store.write_item(run_id, log.id, 0, status="done", outcome=outcome, events=events, scores=scores, started_at=time.time())
+    store.set_run_status(run_id, "done", f"replayed {len(logs)} MCC logs from {source}")
+    return run_id
+
+
+__all__ = ["load_logs", "replay_logs", "replay_mcc_folder", "store_replay"]
