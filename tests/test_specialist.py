@@ -205,3 +205,24 @@ def test_cli_ask_answers_and_judges(cli_env):
     proc = subprocess.run([*CLI, "ask", "examples/lung", "--role", "Nurse Navigator", "Diet?", "--model", answer, "--judge", JUDGE_OK],
                           env=cli_env, capture_output=True, text=True, timeout=120, cwd=ROOT, check=False)
     assert proc.returncode == 2 and "--reference" in proc.stderr
+
+
+async def test_bench_expands_specialist_questions_and_breaks_scores_down_by_type_and_role(store):
+    """Each example case yields one item per specialist question; a judge behind real HTTP grades them."""
+    from medpanel.models import Runtime
+    from medpanel.runs.runner import RunConfig, build_panel, run_benchmark
+    from medpanel.runs.summary import breakdown
+    from medpanel.testing import MockServer
+
+    with MockServer(reply="choice") as srv:
+        runtime = Runtime(cache=store)
+        config = RunConfig(dataset=str(ROOT / "examples"), protocol="specialist", models=['scripted:{"answer": "Radiotherapy alone."}'],
+                           settings={"judge": f"openai:judge@{srv.base_url}"})
+        result = await run_benchmark(store, config, runtime, panel=build_panel(config.models, runtime))
+    items = store.items(result.run_id)
+    assert sorted(i["item_id"] for i in items) == ["lung-adeno-iiia-n2-q1", "lung-adeno-iiia-n2-q2", "prostate-gg2-right-base-q1", "prostate-gg2-right-base-q2"]
+    by_type = breakdown(store, result.run_id, "qa_type")
+    assert set(by_type) == {"findings_interpretation", "treatment_recommendation", "eligibility_assessment"}
+    assert all({"clinical_equivalence", "critical_error", "unsupported_claim"} <= set(scores) for scores in by_type.values())
+    by_role = breakdown(store, result.run_id, "target_role")
+    assert sum(s["clinical_equivalence"]["n"] for s in by_role.values()) == 4

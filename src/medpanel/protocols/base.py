@@ -60,3 +60,5 @@ class ProtocolSpec:
     score: ScoreFn
     description: str
     min_models: int = 1
+    # The items a case yields for this protocol (e.g. one per specialist question); default: the case itself.
+    expand: Callable[[Case], list[Case]] | None = None

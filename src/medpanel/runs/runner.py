@@ -94,6 +94,8 @@ async def run_benchmark(
     spec = protocol or get_protocol(config.protocol)
     settings = settings if settings is not None else spec.settings.model_validate(config.settings)
     cases = cases if cases is not None else load_dataset(config.dataset, config.limit)
+    if spec.expand is not None:
+        cases = [item for case in cases for item in spec.expand(case)]
     panel = panel or build_panel(config.models, runtime)
     if len(panel) < spec.min_models:
         raise UsageError(f"The {spec.name} protocol needs at least {spec.min_models} models; got {len(panel)}.", "Add models with --models.")
