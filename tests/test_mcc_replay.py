@@ -407,6 +407,71 @@ def test_an_unreadable_choice_is_none_and_blocks_consensus():
     assert (replay.final, replay.method, replay.consensus_round, replay.votes) == ("B", "majority", None, {"B": 2})
 
 
+# ---------------------------------------------------------------- reading initial choices: mcc vs lenient
+
+# MedQA case_174's form: Qwen's conclusion names its option on the heading line and has no "Choice:" line.
+HEADING_ONLY = ENGLISH_LOG.replace("Qwwn's diagnostic conclusion:\nChoice: Option 2 (Medial meniscus)",
+                                   "Qwwn's diagnostic conclusion: Option 2")
+
+
+def test_mcc_reading_takes_only_the_choice_line_and_lenient_also_the_heading():
+    mcc = parse_log(HEADING_ONLY, "case_demo.txt")  # the default reading
+    assert _choices(mcc, "initial") == [("GPT", "D"), ("Qwen", None), ("DeepSeek", "C")]
+    qwen = mcc.transcript.turns("Qwen")[0]
+    assert qwen.data == {"choice": None, "lenient_choice": "B"}
+    assert any("no choice line gives B" in w for w in mcc.warnings)
+    assert mcc.transcript.turns("GPT")[0].data == {"choice": "D", "source": "choice-line"}
+    lenient = parse_log(HEADING_ONLY, "case_demo.txt", choice_reading="lenient")
+    assert _choices(lenient, "initial") == [("GPT", "D"), ("Qwen", "B"), ("DeepSeek", "C")]
+    assert lenient.warnings == []
+    # debate turns are read alike: Qwen's round-1 turn says B under both readings
+    assert _choices(mcc, "debate", 1) == _choices(lenient, "debate", 1) == [("GPT", "D"), ("Qwen", "B"), ("DeepSeek", "D")]
+    # the replay still ends as the log does: consensus on D in round 2 (Qwen's None only changes its starting point)
+    assert replay_debate(mcc.transcript).final == replay_debate(lenient.transcript).final == "D"
+
+
+def test_mcc_reading_ignores_extraction_traces_and_the_reasoning_in_chinese_logs():
+    # the choice line '选择: 选项 2' removed: the trace '【严格匹配】找到最终选择: 选项2' and the reasoning's
+    # 'My final selection is: Option 2' are left, which only the lenient reading takes
+    text = CHINESE_LOG.replace("GPT的诊断结论:\n选择: 选项 2 (Electrocardiogram)\n", "GPT的诊断结论:\n")
+    assert _choices(parse_log(text, "case_zh.txt"), "initial") == [("GPT", None), ("Qwen", "C"), ("DeepSeek", "A")]
+    assert _choices(parse_log(text, "case_zh.txt", choice_reading="lenient"), "initial")[0] == ("GPT", "B")
+    # the reasoning alone (trace removed too) is also only the lenient reading's
+    no_trace = text.replace("【严格匹配】找到最终选择: 选项2 (Electrocardiogram)\n", "")
+    assert _choices(parse_log(no_trace, "case_zh.txt"), "initial")[0] == ("GPT", None)
+    lenient = parse_log(no_trace, "case_zh.txt", choice_reading="lenient")
+    assert lenient.transcript.turns("GPT")[0].data == {"choice": "B", "source": "reasoning"}
+    # the intact Chinese log reads the same under both: each choice line agrees with its trace
+    assert _choices(parse_log(CHINESE_LOG, "case_zh.txt"), "initial") == _choices(parse_log(CHINESE_LOG, "case_zh.txt", choice_reading="lenient"), "initial")
+
+
+def test_a_heading_that_breaks_the_logged_initial_consensus_still_replays_to_the_logged_answer():
+    # all three seats chose option 2 and the log reports an initial consensus and no rounds; Qwen's option
+    # sits on its heading ('Qwen的选择: 选项 2', the Chinese form of case_174's line), not on a choice line
+    text = CHINESE_VARIANT_LOG.replace("Qwen的选择:\n选择: 选项 2 (Axillary nerve)", "Qwen的选择: 选项 2 (Axillary nerve)")
+    mcc = parse_log(text, "anatomy_demo.txt")
+    assert _choices(mcc, "initial") == [("GPT", "B"), ("Qwen", None), ("DeepSeek", "B")]
+    assert (mcc.logged.final, mcc.logged.initial_consensus) == ("B", True)
+    replay = replay_debate(mcc.transcript)
+    # no consensus (Qwen unparsed) and no rounds to hold, so the vote over the parsed answers settles it: B 2 votes
+    assert (replay.final, replay.method, replay.consensus_round, replay.votes) == ("B", "majority", None, {"B": 2})
+    lenient = replay_debate(parse_log(text, "anatomy_demo.txt", choice_reading="lenient").transcript)
+    assert (lenient.final, lenient.method, lenient.consensus_round) == ("B", "consensus", 0)
+
+
+def test_word_answers_read_alike_under_both_readings():
+    # 'GPT selected: maybe' is a choice line: the PubMedQA form has no conclusion heading
+    assert _choices(parse_log(WORD_LOG, "Case_999.txt"), "initial") == [("GPT", "maybe"), ("Qwen", "yes"), ("DeepSeek", "yes")]
+    assert parse_log(WORD_LOG, "Case_999.txt").warnings == parse_log(WORD_LOG, "Case_999.txt", choice_reading="lenient").warnings == []
+
+
+def test_unknown_choice_reading_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError, match="Unknown choice reading 'loose'"):
+        parse_log(ENGLISH_LOG, "case_demo.txt", choice_reading="loose")
+    with pytest.raises(UsageError, match="Unknown choice reading"):
+        replay_mcc_folder(tmp_path, choice_reading="loose")  # refused before the (empty) folder is read
+
+
 # ---------------------------------------------------------------- the settling rules
 
 
@@ -516,6 +581,24 @@ def test_cli_replay_json_save_and_bad_input(cli_env, tmp_path):
     assert tie.returncode == 2 and "Unknown tie policy" in tie.stderr
 
 
+def test_cli_choice_reading_option_and_envvar(cli_env, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "case_1.txt").write_text(HEADING_ONLY, encoding="utf-8")
+    # Qwen's heading says option 2 (B): only the lenient reading takes it; the default notes it (Qwen's turn opens on line 23)
+    default = subprocess.run([MEDPANEL, "replay", "mcc", str(logs), "--json"], env=cli_env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert default.returncode == 0, default.stderr
+    report = json.loads(default.stdout)
+    assert report["choice_reading"] == "mcc"
+    assert [w["warning"] for w in report["multiple_choice"]["warnings"]] == [
+        "line 23: Qwen's initial turn: no choice line gives B, which the lenient reading takes; unparsed under MCC's reading"]
+    lenient = subprocess.run([MEDPANEL, "replay", "mcc", str(logs), "--json"], env={**cli_env, "MEDPANEL_CHOICE_READING": "lenient"},
+                             capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert json.loads(lenient.stdout)["choice_reading"] == "lenient" and json.loads(lenient.stdout)["multiple_choice"]["warnings"] == []
+    bad = subprocess.run([MEDPANEL, "replay", "mcc", str(logs), "--choice-reading", "loose"], env=cli_env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert bad.returncode == 2 and "Unknown choice reading" in bad.stderr and "Traceback" not in bad.stderr
+
+
 # ---------------------------------------------------------------- the published logs
 
 
@@ -532,21 +615,50 @@ def test_medqa_logs_replay_to_the_published_figures(shared_data):
     mc = summarize_replays(logs, replays)
     assert mc["items"] == 1273 and mc["gold_known"] == 1273 and long_texts == []
     assert mc["final"]["correct"] == 1179  # 92.6%, the paper's MedQA accuracy
-    # Qwen: 1041 by the logs' own statements. case_174 is the one file that writes the conclusion on the label line
-    # ("Qwen's diagnostic conclusion: Option 5", correct); a reader that skips that form counts 1040.
-    assert mc["initial"]["correct"] == {"GPT": 1084, "Qwen": 1041, "DeepSeek": 1143}
+    # The default (mcc) reading takes an initial choice only from its "Choice:" line, as MCC counted: Qwen 1040.
+    # case_174 is the one file whose Qwen conclusion has no such line (its option, 5 = the gold, sits on the heading
+    # "Qwen's diagnostic conclusion: Option 5", and the cut-off reasoning never selects), so Qwen is unparsed there.
+    assert mc["initial"]["correct"] == {"GPT": 1084, "Qwen": 1040, "DeepSeek": 1143}
     by_id = {log.id: (log, rep) for log, rep in zip(logs, replays)}
-    assert by_id["case_174"][1].initial["Qwen"] == "E" == by_id["case_174"][0].case.reference.answer
+    log174, rep174 = by_id["case_174"]
+    assert rep174.initial == {"GPT": "E", "Qwen": None, "DeepSeek": "E"} and log174.case.reference.answer == "E"
+    # the log reports an initial consensus and holds no rounds; the vote over the parsed answers gives its answer: E 2 votes
+    assert (rep174.final, rep174.method, rep174.votes, log174.logged.final) == ("E", "majority", {"E": 2}, "E")
     assert by_id["case_116"][1].initial["Qwen"] is None  # its response was cut off and the log gives no choice
+    # every other turn reads the same as under the lenient reading: just one parse note more, case_174's
+    assert [w["case"] for w in mc["warnings"] if "lenient reading" in w["warning"]] == ["case_174"]
     ag = mc["agreement_with_logs"]
     assert ag["final_logged"] == 1272 and ag["final_agree"] == 1272 and ag["final_disagreements"] == []  # case_290's log stops early
     assert ag["verdict_logged"] == ag["verdict_agree"] == 1272
+    # initial consensus 991 (lenient: 992 with case_174); the logs claim one also where a seat is unparsed (116, 174)
+    assert mc["initial"]["consensus"] == 991 and mc["majority_vote"]["items"] == 95  # 94 + case_174
+    assert (ag["initial_status_agree"], [d["case"] for d in ag["initial_status_disagreements"]]) == (1270, ["case_116", "case_174"])
     # the logged 3-way tie: GPT / Qwen / DeepSeek ended on 2 / 4 / 1 and the log's vote is 2 -> first-model
     log31, rep31 = by_id["case_31"]
     assert rep31.initial and rep31.tied and rep31.final == "B" == log31.logged.final
     # case_971 states Qwen's round-1 choice as 1 before its reasoning and 5 after it; 5 makes the logged consensus
     assert by_id["case_971"][1].consensus_round == 1 and by_id["case_971"][0].logged.rounds[0].consensus
     assert elapsed < 60, f"replay took {elapsed:.1f} s"
+
+
+def test_medqa_logs_under_the_lenient_reading(shared_data):
+    folder = shared_data / "mcc_logs" / "MedQA"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not found")
+    from medpanel.replay import summarize_replays
+
+    texts, _ = load_logs(folder)
+    logs, replays = replay_logs(texts, choice_reading="lenient")
+    mc = summarize_replays(logs, replays)
+    # lenient also takes case_174's heading "Qwen's diagnostic conclusion: Option 5" (= the gold): Qwen 1040 + 1 = 1041
+    assert mc["initial"]["correct"] == {"GPT": 1084, "Qwen": 1041, "DeepSeek": 1143}
+    rep174 = next(rep for log, rep in zip(logs, replays) if log.id == "case_174")
+    assert (rep174.initial["Qwen"], rep174.method, rep174.consensus_round, rep174.final) == ("E", "consensus", 0, "E")
+    ag = mc["agreement_with_logs"]
+    assert mc["final"]["correct"] == 1179 and ag["final_agree"] == ag["final_logged"] == 1272
+    # initial consensus 992 = 991 + case_174; only case_116 (Qwen unparsed under both readings) departs from its log
+    assert mc["initial"]["consensus"] == 992 and mc["majority_vote"]["items"] == 94
+    assert [d["case"] for d in ag["initial_status_disagreements"]] == ["case_116"]
 
 
 def test_abstaining_on_ties_departs_from_the_logs_only_at_the_tie(shared_data):

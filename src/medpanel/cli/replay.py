@@ -22,6 +22,9 @@ def replay_mcc(
                                      help="Tie policy of the final vote: first-model (MCC's logs), abstain (MCC's released code), random-seeded.")] = "first-model",
     max_rounds: Annotated[Optional[int], typer.Option("--max-rounds", envvar="MEDPANEL_MCC_MAX_ROUNDS", min=0,
                                                       help="Count only the first N debate rounds (default: all that were held).")] = None,
+    choice_reading: Annotated[str, typer.Option("--choice-reading", envvar="MEDPANEL_CHOICE_READING",
+                                                help="How initial choices are read: mcc (only their 'Choice:' line, as MCC counted) "
+                                                     "or lenient (also an option on the conclusion heading, extraction traces, the reasoning).")] = "mcc",
     seats: Annotated[str, typer.Option("--seats", envvar="MEDPANEL_MCC_SEATS", help="Seat names in speaking order, comma-separated.")] = "GPT,Qwen,DeepSeek",
     save: Annotated[bool, typer.Option("--save", envvar="MEDPANEL_MCC_SAVE", help="Save the parsed transcripts as a run in the store.")] = False,
     run_id: Annotated[Optional[str], typer.Option("--run-id", envvar="MEDPANEL_RUN_ID", help="Id of the saved run (with --save).")] = None,
@@ -36,7 +39,7 @@ def replay_mcc(
         raise UsageError(f"--seats '{seats}' names fewer than two seats.", "Give the panel's seat names, e.g. --seats GPT,Qwen,DeepSeek.")
     rules = VoteRules(order=order, max_rounds=max_rounds, tie=tie)
     db = open_store(store) if save else None
-    report = replay_mcc_folder(source, rules, seat_names, long_form=long_form, store=db, run_id=run_id)
+    report = replay_mcc_folder(source, rules, seat_names, long_form=long_form, store=db, run_id=run_id, choice_reading=choice_reading)
     if as_json:
         print_json(report)
     else:
@@ -51,7 +54,8 @@ def print_report(report: dict, seats: tuple[str, ...]) -> None:
     mc = report["multiple_choice"]
     if mc:
         n, ini, rules = mc["items"], mc["initial"], mc["rules"]
-        out.print(f"[bold]MCC replay[/] of {n} logs in {report['source']}  (order {rules['order']}, ties {rules['tie']}"
+        out.print(f"[bold]MCC replay[/] of {n} logs in {report['source']}  (order {rules['order']}, ties {rules['tie']}, "
+                  f"{report['choice_reading']} choice reading"
                   + (f", max {rules['max_rounds']} rounds" if rules["max_rounds"] is not None else "") + ")")
         out.print(f"initial answers: consensus on {ini['consensus']} ({ini['consensus_correct']} correct); correct "
                   + ", ".join(f"{s} {ini['correct'][s]}" for s in seats)

@@ -16,6 +16,20 @@ some files are the raw Chinese output, so the parser keys on structure, not on s
 
 Answers are option numbers ("Option 5", "选项 5", "Option B") when the header lists numbered
 options, and words ("GPT selected: yes", as in the PubMedQA logs) when it does not.
+
+A seat's initial choice is read one of two ways (`choice_reading`):
+
+- ``mcc`` (the default): only from a choice line, a line labelled as the choice itself ("Choice:
+  Option 5", "选择: 选项 5", "GPT selected: yes"), which is the second line of each conclusion block
+  ("GPT's diagnostic conclusion:" / "GPT的诊断结论:", then "Choice: ..."). MCC's tooling printed
+  that line from the answer it had extracted, and its published per-model accuracies evidently count
+  that value, so a seat whose block has no choice line (case_174: "Qwen's diagnostic conclusion:
+  Option 5", the option on the heading) is unparsed;
+- ``lenient``: every statement the log makes about the turn, as for debate turns: the option on a
+  heading line, extraction traces ("【严格匹配】找到最终选择: 选项2"), and the reasoning's own
+  "final selection" when those are missing or split.
+
+Debate turns are read the lenient way under both settings.
 """
 
 from __future__ import annotations
@@ -24,12 +38,15 @@ import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 from medpanel.cases.model import Case, Reference
 from medpanel.errors import UsageError
 from medpanel.transcript import Transcript
 
 SEATS: tuple[str, ...] = ("GPT", "Qwen", "DeepSeek")
+ChoiceReading = Literal["mcc", "lenient"]
+CHOICE_READINGS: tuple[str, ...] = get_args(ChoiceReading)
 # The models behind the seats in the MCC paper (GPT-o1 was run as o1-mini).
 SEAT_MODELS = {"GPT": "o1-mini", "Qwen": "QwQ-32B", "DeepSeek": "DeepSeek-R1"}
 
@@ -65,6 +82,9 @@ _FINAL_WORD_IN_TEXT = re.compile(r"(?i:final\s+(?:selection|choice|decision|answ
 # "GPT selected: yes", "All models selected yes", "Qwen chose: maybe" (answers given as words)
 _WORD_CHOICE = re.compile(r"(?i:\b(?:selected|selects|chose|chooses|choice|answered))\s*(?i:is)?\s*[:：]?\s*[\"“']?(?P<ans>[A-Za-z][\w\- ]{0,30}?)[\"”']?\s*[.,;!]?$")
 _WORD_LABEL = re.compile(r"^(?i:choice|answer|selected|final|all\s+models)|^选择|^答案")
+# what a choice line's label says once its seat is removed: "Choice:", "选择:", "GPT selected:"
+_CHOICE_LABEL = re.compile(r"(?i:choice|chose|selected|selection|answer)|选择|答案")
+_POSSESSIVE = re.compile(r"^(?:'s\b|’s\b|的)")  # "GPT's diagnostic conclusion:", "GPT的选择:" head a block, they are not a choice line
 _LABEL = re.compile(r"^(?P<label>[^:：]{1,40}?)\s*[:：]\s*(?P<value>.*)$")
 _NUMBERED = re.compile(r"^\s*(?P<num>\d{1,2})\s*[.、．)]\s*(?P<text>.*)$")
 
@@ -299,6 +319,8 @@ class _Turn:
     line: int
     stated: str | None = None  # the first choice statement before the reasoning block
     stated_found: bool = False
+    choice_line: str | None = None  # the first line before the reasoning labelled as the choice ("Choice: Option 5")
+    choice_line_found: bool = False
     status: str | None = None  # the first status line after the reasoning naming this seat's choice
     status_found: bool = False
     body: list[str] = field(default_factory=list)
@@ -349,6 +371,20 @@ class _Reader:
                 seen.add(owner)
                 out.append((owner, letter))
         return out
+
+    def is_choice_line(self, key: str) -> bool:
+        """'Choice: Option 5', '选择: 选项 5', 'GPT selected: yes': a label naming the choice itself, with at
+        most a seat before it. A seat's heading ("Qwen's diagnostic conclusion: Option 5") is not one."""
+        m = _LABEL.match(key)
+        if not m:
+            return False
+        label = m.group("label").strip()
+        lead = _WORD.match(label)
+        if lead and self.names(lead.group()):
+            label = label[lead.end():].lstrip()
+            if _POSSESSIVE.match(label):
+                return False
+        return bool(_CHOICE_LABEL.fullmatch(label))
 
     def value(self, key: str) -> tuple[bool, str | None]:
         """(found, choice) for a result line: its first option, or its answer word."""
@@ -548,6 +584,11 @@ class _Reader:
             return
         if self.is_notice(key):
             return
+        if not turn.in_body and not turn.choice_line_found and self.is_choice_line(key):
+            if _NOT_A_CHOICE.search(key):
+                turn.choice_line_found = True
+            elif owned := [choice for seat, choice in self.attributions(key) if seat in (None, turn.seat)]:
+                turn.choice_line_found, turn.choice_line = True, owned[0]
         if not turn.in_body and not turn.stated_found:
             if _NOT_A_CHOICE.search(key):
                 turn.stated_found, turn.stated = True, None
@@ -562,6 +603,26 @@ class _Reader:
                 if seat == turn.seat:
                     turn.status_found, turn.status = True, choice
                     return
+
+
+def _where(turn: _Turn) -> str:
+    return f"line {turn.line}: {turn.seat}'s {turn.phase} turn" + (f" (round {turn.round})" if turn.phase == "debate" else "")
+
+
+def _initial_choice_mcc(turn: _Turn, word_answers: bool, warnings: list[str]) -> tuple[str | None, dict]:
+    """An initial turn read as MCC's tooling read it: its choice line, or unparsed. A note says what the
+    lenient reading would have taken instead, so no departure goes unseen."""
+    lenient, _ = _settle_choice(turn, word_answers, [])
+    choice = turn.choice_line if turn.choice_line_found else None
+    data: dict = {"choice": choice, "source": "choice-line"} if turn.choice_line_found else {"choice": None}
+    if lenient != choice:
+        data["lenient_choice"] = lenient
+        warnings.append(f"{_where(turn)}: no choice line gives {lenient}, which the lenient reading takes; unparsed under MCC's reading"
+                        if not turn.choice_line_found else
+                        f"{_where(turn)}: the choice line gives {choice}, the lenient reading {lenient}; took the choice line")
+    elif choice is None:
+        warnings.append(f"{_where(turn)}: the log states no choice")
+    return choice, data
 
 
 def _settle_choice(turn: _Turn, word_answers: bool, warnings: list[str]) -> tuple[str | None, dict]:
@@ -581,7 +642,7 @@ def _settle_choice(turn: _Turn, word_answers: bool, warnings: list[str]) -> tupl
                 witnesses["reasoning"] = hits[-1]
         elif hits := _FINAL_SELECTION_IN_TEXT.findall(reasoning):
             witnesses["reasoning"] = option_letter(int(hits[-1]))
-    where = f"line {turn.line}: {turn.seat}'s {turn.phase} turn" + (f" (round {turn.round})" if turn.phase == "debate" else "")
+    where = _where(turn)
     if not witnesses:
         warnings.append(f"{where}: the log states no choice")
         return None, {"choice": None}
@@ -597,8 +658,17 @@ def _settle_choice(turn: _Turn, word_answers: bool, warnings: list[str]) -> tupl
     return best, data
 
 
-def parse_log(text: str, path: str | Path = "log.txt", seats: tuple[str, ...] = SEATS) -> ParsedLog:
-    """Parse one log's text. Never raises on odd content: what cannot be read is left None and noted in warnings."""
+def check_choice_reading(choice_reading: str) -> ChoiceReading:
+    if choice_reading not in CHOICE_READINGS:
+        raise UsageError(f"Unknown choice reading '{choice_reading}'.",
+                         f"Use one of: {', '.join(CHOICE_READINGS)} (mcc reads initial choices only from their 'Choice:' line).")
+    return choice_reading  # type: ignore[return-value]
+
+
+def parse_log(text: str, path: str | Path = "log.txt", seats: tuple[str, ...] = SEATS, choice_reading: ChoiceReading = "mcc") -> ParsedLog:
+    """Parse one log's text. Never raises on odd content: what cannot be read is left None and noted in warnings.
+    `choice_reading` says how initial choices are read (see the module's docstring)."""
+    check_choice_reading(choice_reading)
     path = Path(path)
     names = SeatNames(seats)
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
@@ -613,7 +683,10 @@ def parse_log(text: str, path: str | Path = "log.txt", seats: tuple[str, ...] = 
 
     transcript = Transcript()
     for turn in reader.turns:
-        choice, data = _settle_choice(turn, word_answers, warnings)
+        if choice_reading == "mcc" and turn.phase == "initial":
+            choice, data = _initial_choice_mcc(turn, word_answers, warnings)
+        else:
+            choice, data = _settle_choice(turn, word_answers, warnings)
         if choice is not None and head.options and choice not in head.options:
             warnings.append(f"line {turn.line}: {turn.seat} chose option {choice}, which the header does not list")
         transcript.add("turn", "\n".join(turn.body or turn.loose).strip(), speaker=turn.seat, model=SEAT_MODELS.get(turn.seat, ""),
@@ -642,13 +715,14 @@ def parse_log(text: str, path: str | Path = "log.txt", seats: tuple[str, ...] = 
     return ParsedLog(path=path, case=case, transcript=transcript, logged=logged, warnings=warnings)
 
 
-def parse_log_file(path: str | Path, seats: tuple[str, ...] = SEATS) -> ParsedLog:
+def parse_log_file(path: str | Path, seats: tuple[str, ...] = SEATS, choice_reading: ChoiceReading = "mcc") -> ParsedLog:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig", errors="replace")
     except OSError as exc:
         raise UsageError(f"Cannot read the MCC log {path}: {exc.strerror or exc}.", "Check the path and its permissions.") from None
-    return parse_log(text, path, seats)
+    return parse_log(text, path, seats, choice_reading)
 
 
-__all__ = ["SEATS", "SEAT_MODELS", "LoggedResult", "ParsedLog", "RoundSummary", "SeatNames", "option_letter", "parse_log", "parse_log_file"]
+__all__ = ["CHOICE_READINGS", "SEATS", "SEAT_MODELS", "ChoiceReading", "LoggedResult", "ParsedLog", "RoundSummary", "SeatNames",
+           "check_choice_reading", "option_letter", "parse_log", "parse_log_file"]
