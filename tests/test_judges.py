@@ -366,7 +366,7 @@ def test_cli_judge_run_adds_scores_to_a_stored_run(cli_env):
     assert bench.returncode == 0, bench.stderr
     env = dict(cli_env, MEDPANEL_JUDGE="scripted:" + json.dumps(EQUIVALENT))  # options come from the environment too
     data = json.loads(cli(["judge", "run", "last", "--json"], env).stdout)
-    assert data["items"] == 1 and data["summary"]["clinical_equivalence"]["mean"] == 4.0
+    assert data["items"] == 2 and data["summary"]["clinical_equivalence"]["mean"] == 4.0  # one item per specialist question
     shown = json.loads(subprocess.run([*CLI, "show", "last", "--json"], env=cli_env, capture_output=True, text=True, timeout=120, cwd=ROOT, check=False).stdout)
     assert shown["scores"]["clinical_equivalence"]["mean"] == 4.0 and shown["scores"]["answered"]["mean"] == 1.0
 

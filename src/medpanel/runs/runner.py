@@ -67,6 +67,11 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
+def expand_items(spec: ProtocolSpec, cases: list[Case]) -> list[Case]:
+    """The run's items: each case, or what the protocol expands it into (one per specialist question)."""
+    return cases if spec.expand is None else [item for case in cases for item in spec.expand(case)]
+
+
 def build_panel(specs: list[str], runtime: Runtime) -> Panel:
     if not specs:
         raise UsageError("No models given.", "Pass --models, e.g. --models local or --models openai:gpt-4o-mini.")
@@ -93,9 +98,7 @@ async def run_benchmark(
     """
     spec = protocol or get_protocol(config.protocol)
     settings = settings if settings is not None else spec.settings.model_validate(config.settings)
-    cases = cases if cases is not None else load_dataset(config.dataset, config.limit)
-    if spec.expand is not None:
-        cases = [item for case in cases for item in spec.expand(case)]
+    cases = expand_items(spec, cases if cases is not None else load_dataset(config.dataset, config.limit))
     panel = panel or build_panel(config.models, runtime)
     if len(panel) < spec.min_models:
         raise UsageError(f"The {spec.name} protocol needs at least {spec.min_models} models; got {len(panel)}.", "Add models with --models.")

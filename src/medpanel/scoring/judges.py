@@ -604,6 +604,8 @@ async def judge_stored_run(store: Any, run_id: str, judge: Model, *, scopes: Sco
     """
     from medpanel.cases import load_dataset
     from medpanel.models.runtime import call_scope
+    from medpanel.protocols import get_protocol
+    from medpanel.runs.runner import expand_items
 
     run = store.get_run(run_id)
     if run is None:
@@ -614,7 +616,7 @@ async def judge_stored_run(store: Any, run_id: str, judge: Model, *, scopes: Sco
                          f"Judge a run of one of: {', '.join(JUDGED_PROTOCOLS)}.")
     files = check_prompt_files(prompt_files)
     config = run["settings"]
-    cases = {c.id: c for c in load_dataset(config["dataset"], config.get("limit"))}
+    cases = {c.id: c for c in expand_items(get_protocol(run["protocol"]), load_dataset(config["dataset"], config.get("limit")))}
     items = [i for i in store.items(run_id) if i["status"] == "done"]
     lost = sorted({i["item_id"] for i in items} - set(cases))
     if lost:
