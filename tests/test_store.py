@@ -63,3 +63,20 @@ def test_unwritable_store_is_a_clear_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(UsageError, match="Cannot open the store"):
         Store(blocker / "sub" / "s.db")
+
+
+def test_a_store_from_an_older_version_is_migrated_forward(tmp_path):
+    """A file made by the first schema gains later migrations on open, keeping its rows."""
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+    for statement in filter(str.strip, MIGRATIONS[0][1].split(";")):
+        db.execute(statement)
+    db.execute("INSERT INTO _migrations VALUES ('0001_initial', 0)")
+    db.execute("INSERT INTO call_log (key, model, cached, at) VALUES ('k', 'm', 0, 0)")
+    db.commit()
+    db.close()
+    store = Store(path)
+    assert store.migrations() == [name for name, _ in MIGRATIONS]
+    store.log_call("k2", "m", False, None, error="boom")
+    assert [r["error"] for r in store.call_log()] == [None, "boom"]

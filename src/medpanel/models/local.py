@@ -14,6 +14,7 @@ run in a worker thread so the event loop stays free. Structured output is enforc
 from __future__ import annotations
 
 import asyncio
+import atexit
 import importlib.util
 import json
 import os
@@ -87,6 +88,14 @@ class LoadedModel:
 
 _LOADED: dict[tuple[str, int], LoadedModel] = {}
 _LOADING = threading.Lock()
+
+
+@atexit.register
+def _unload_all() -> None:
+    """Free the models before the interpreter tears down llama.cpp's bindings (else __del__ fails noisily at exit)."""
+    while _LOADED:
+        _, loaded = _LOADED.popitem()
+        loaded.llama.close()
 
 
 def load_model(path: str, n_ctx: int = DEFAULT_N_CTX, threads: int | None = None) -> LoadedModel:

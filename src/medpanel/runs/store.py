@@ -79,11 +79,16 @@ MIGRATIONS: list[tuple[str, str]] = [
             run_id TEXT,
             item_id TEXT,
             repeat INTEGER,
-            at REAL NOT NULL,
-            error TEXT                       -- set when the call failed for good
+            at REAL NOT NULL
         );
         CREATE INDEX call_log_item ON call_log (run_id, item_id, repeat);
         """,
+    ),
+    (
+        # call_log.error: set when the call failed for good. (No SQL comment inside ALTER TABLE: SQLite
+        # splices the column text into the stored CREATE statement, and a trailing comment would eat its ')'.)
+        "0002_call_log_error",
+        "ALTER TABLE call_log ADD COLUMN error TEXT",
     ),
 ]
 
