@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 
 from medpanel.cases import Case, Reference
 from medpanel.errors import ModelCallError
@@ -120,3 +122,24 @@ async def test_breakdown_groups_scores_by_outcome_data(store):
     groups = breakdown(store, result.run_id, "parsed")
     assert list(groups) == ["True"]
     assert groups["True"]["accuracy"]["n"] == 4 and groups["True"]["accuracy"]["mean"] == 0.5
+
+
+async def test_bad_protocol_settings_name_the_field_and_the_known_ones(store):
+    from medpanel.errors import UsageError
+
+    runtime = Runtime(cache=store)
+    panel = Panel.of([ScriptedModel(responder=lambda r: "Answer: A", runtime=runtime)])
+    with pytest.raises(UsageError, match="max_tokens: Input should be a valid integer") as info:
+        await run_benchmark(store, config(settings={"max_tokens": "many"}), runtime, panel=panel, cases=mcq(1))
+    assert "temperature" in info.value.fix
+
+
+def test_one_item_of_a_named_dataset(shared_data):
+    from medpanel.cases import load_dataset
+    from medpanel.errors import UsageError
+
+    (by_index,) = load_dataset("medqa:2")
+    (by_id,) = load_dataset("medqa:medqa-2")
+    assert by_index.id == by_id.id == "medqa-2"
+    with pytest.raises(UsageError, match="has no item 'nope'"):
+        load_dataset("medqa:nope")

@@ -149,6 +149,13 @@ def dataset_names() -> list[str]:
     return list(DATASETS)
 
 
+def _pick_one(dataset: str, pick: str) -> Case:
+    for index, case in enumerate(_loader(dataset)()):
+        if case.id == pick or (pick.isdigit() and index == int(pick)):
+            return case
+    raise UsageError(f"Dataset '{dataset}' has no item '{pick}'.", f"Give a 0-based index or a case id, e.g. {dataset}:0.")
+
+
 def _looks_like_otb(path: Path) -> bool:
     """An uncompressed OpenTumorBoard file: its first record has their id fields or the ShareGPT form."""
     first = next(_jsonl(path), {})
@@ -157,6 +164,9 @@ def _looks_like_otb(path: Path) -> bool:
 
 def load_dataset(name: str, limit: int | None = None) -> list[Case]:
     """A named dataset, a case file or folder of case files, or a JSONL file of Case records."""
+    base, _, pick = name.partition(":")
+    if pick and base in DATASETS:  # one item of a named dataset: NAME:INDEX or NAME:CASE_ID
+        return [_pick_one(base, pick)]
     if name in DATASETS:
         cases: Iterator[Case] = _loader(name)()
     else:

@@ -11,7 +11,7 @@ import sys
 
 from rich.markup import escape
 
-from medpanel.cli import core, board, judge, debate, consult, scoring, replay, report  # noqa: F401, I001  (importing registers the commands, in help order)
+from medpanel.cli import core, board, judge, debate, osce, consult, scoring, replay, report  # noqa: F401, I001  (importing registers the commands, in help order)
 from medpanel.cli.common import app, err
 from medpanel.errors import MedpanelError
 

@@ -14,7 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from medpanel.cases import Case, load_dataset
 from medpanel.errors import BudgetExceeded, MedpanelError, UsageError
@@ -67,6 +67,16 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
 
+def protocol_settings(spec: ProtocolSpec, values: dict[str, Any]) -> BaseModel:
+    """The protocol's settings from plain values (--set, a stored run), or a UsageError naming each bad one."""
+    try:
+        return spec.settings.model_validate(values)
+    except ValidationError as exc:
+        known = ", ".join(name for name, field in spec.settings.model_fields.items() if not field.exclude)
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()[:5])
+        raise UsageError(f"Invalid settings for the {spec.name} protocol: {problems}.", f"Its settings are: {known}.") from None
+
+
 def expand_items(spec: ProtocolSpec, cases: list[Case]) -> list[Case]:
     """The run's items: each case, or what the protocol expands it into (one per specialist question)."""
     return cases if spec.expand is None else [item for case in cases for item in spec.expand(case)]
@@ -97,7 +107,7 @@ async def run_benchmark(
     callbacks such as a streaming `on_event`); otherwise it is validated from `config.settings`.
     """
     spec = protocol or get_protocol(config.protocol)
-    settings = settings if settings is not None else spec.settings.model_validate(config.settings)
+    settings = settings if settings is not None else protocol_settings(spec, config.settings)
     cases = expand_items(spec, cases if cases is not None else load_dataset(config.dataset, config.limit))
     panel = panel or build_panel(config.models, runtime)
     if len(panel) < spec.min_models:

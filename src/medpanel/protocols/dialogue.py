@@ -1,0 +1,448 @@
+"""OSCE diagnostic dialogue (MCC): a panel of doctors takes a patient's history together, then diagnoses.
+
+    opening    the patient greets the doctor and says why they came
+    per patient message, the moderator triages (at most max_exchanges + max_direct_replies times):
+      direct    a greeting, thanks or small talk: the moderator answers it itself (at most
+                max_direct_replies times; past that, or with an empty reply, the panel deliberates)
+      history   the panel deliberates the next questions: each doctor proposes up to max_questions,
+                the proposals go through the scored review-and-revise cycle of the long-form debate
+                with a fourth dimension, readability; the moderator merges the final lists (no new
+                questions, each question credited to its proposers) and puts them to the patient
+      diagnose  enough history (honoured only after at least one history exchange)
+      after max_exchanges history exchanges the panel diagnoses without asking the moderator
+    diagnosis  each doctor gives a primary diagnosis, differentials and reasoning; the moderator
+               judges whether the primaries name the same condition; if not, the doctors see each
+               other's views and reconsider, up to max_diagnosis_rounds times; without agreement the
+               moderator's pick of the diagnosis most doctors hold stands ("majority"); the
+               differentials are merged by the moderator
+    evaluation a judge model checks the dialogue against the scenario: which patient details came
+               out, which questions asked for information the scenario holds, whether the diagnoses
+               match (see medpanel.scoring.osce); `score` turns its counts into PICR, PRQR, PDA, SDA
+
+The patient is a model shown only the scenario's patient-actor record (it answers "I don't know" to
+anything outside it) or a person (`patient=human`). The doctors are the panel's seats; the patient,
+moderator and judge come from settings as model specs, built on the runtime of the panel's first
+model (so they share its cache and budget). The doctors never see the scenario, only the dialogue
+(and, with reveal_findings, the examination and test results before they diagnose).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import cache
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, create_model
+
+from medpanel.cases.model import Case
+from medpanel.errors import UsageError
+from medpanel.models import build_model
+from medpanel.models.base import Model, Reply
+from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
+from medpanel.protocols.longform import (
+    DebateSettings,
+    Deliberation,
+    QuestionsReview,
+    Recorder,
+    critique_cycle,
+)
+from medpanel.scoring.osce import (
+    JudgedCounts,
+    judge_capture,
+    judge_diagnosis,
+    judge_relevance,
+    numbered,
+    osce_metrics,
+    patient_details,
+)
+
+ModelSpec = str | Model  # a spec string, or a ready model (tests, the web app)
+
+
+class OsceSettings(DebateSettings):
+    patient: ModelSpec = "local"  # who plays the patient: a model spec, or "human"
+    moderator: ModelSpec = ""  # "" = the first seat's model
+    judge: ModelSpec = ""  # "" = the moderator's model
+    max_exchanges: int = Field(default=5, ge=1, le=50)  # history-taking rounds of questions put to the patient
+    max_direct_replies: int = Field(default=3, ge=0, le=20)  # greetings and small talk the moderator answers itself
+    max_questions: int = Field(default=5, ge=1, le=15)  # per list, proposed or merged
+    max_diagnosis_rounds: int = Field(default=3, ge=0, le=10)  # reconsiderations after the first diagnoses
+    max_differentials: int = Field(default=5, ge=0, le=10)
+    max_tokens: int = Field(default=600, ge=16)  # proposals, revisions, merges, diagnoses
+    patient_max_tokens: int = Field(default=200, ge=8)
+    reveal_findings: bool = False  # show the doctors the examination and test results before they diagnose
+
+
+# ---------------------------------------------------------------- schemas
+# No field descriptions: small models copy them into their answers. The prompts say what each field is.
+
+Line = Annotated[str, Field(min_length=1, max_length=200)]
+Name = Annotated[str, Field(min_length=1, max_length=150)]
+
+
+@cache
+def question_schemas(n: int) -> tuple[type[BaseModel], type[BaseModel], type[BaseModel]]:
+    """(proposal, revision, merged list) schemas allowing at most n questions."""
+    questions = (list[Line], Field(min_length=1, max_length=n))
+    proposal = create_model("QuestionSet", questions=questions, rationale=(str, Field(max_length=300)))
+    revision = create_model("RevisedQuestions", critique_summary=(str, Field(max_length=600)), questions=questions)
+    credited = create_model("CreditedQuestion", question=(Line, ...), proposed_by=(list[Name], Field(max_length=12)))
+    merged = create_model("ConsolidatedQuestions", questions=(list[credited], Field(min_length=1, max_length=n)))
+    return proposal, revision, merged
+
+
+@cache
+def diagnosis_schemas(k: int) -> tuple[type[BaseModel], type[BaseModel]]:
+    """(one doctor's opinion, the moderator's judgement) schemas allowing k differentials per doctor."""
+    opinion = create_model("DiagnosisOpinion", primary_diagnosis=(Name, ...),
+                           differentials=(list[Name], Field(max_length=k)), reasoning=(str, Field(max_length=600)))
+    judgement = create_model("DiagnosisJudgement", same=(bool, ...), diagnosis=(Name, ...),
+                             differentials=(list[Name], Field(max_length=max(2 * k, 1))))
+    return opinion, judgement
+
+
+class Triage(BaseModel):
+    action: Literal["direct", "history", "diagnose"]
+    reply: str = Field(default="", max_length=300)
+
+
+# ---------------------------------------------------------------- prompts
+
+PATIENT_SYSTEM = (
+    "You are playing a patient in a clinical skills examination. Stay in character and talk to the doctor the "
+    "way a patient would: plain everyday words, short answers. Use only the facts in your role description "
+    "below. If the doctor asks about anything your role description does not cover, say \"I don't know.\" "
+    "Never name a diagnosis and never mention a role description.\n\nYOUR ROLE DESCRIPTION:\n{actor}"
+)
+OPENING = "(The consultation begins. Greet the doctor and say in a sentence or two why you have come.)"
+
+TRIAGE_SYSTEM = (
+    "You moderate a panel of physicians in a consultation with a patient. Read the patient's latest message and "
+    "choose what happens next:\n"
+    "- 'direct': the message is only a greeting, thanks or small talk, with nothing clinical to work on; write a "
+    "short friendly reply yourself in 'reply'.\n"
+    "- 'history': the panel should work out the next questions to ask the patient.\n"
+    "- 'diagnose': the history gathered so far is enough to make a diagnosis.\n"
+    "Leave 'reply' empty unless you choose 'direct'."
+)
+
+PROPOSE_SYSTEM = (
+    "You are {seat}, a physician on a panel that takes a patient's history together. Propose the next questions "
+    "to ask: at most {n}, each short and in plain words, about what is still unknown and matters for the "
+    "diagnosis. Do not ask again what the patient has already told. Add a one-sentence rationale."
+)
+
+MERGE_SYSTEM = (
+    "You moderate a panel of physicians taking a patient's history. Merge their question lists into one list of at "
+    "most {n} questions to put to the patient: drop duplicates, keep the most useful, word them plainly, and add no "
+    "question of your own. For each question, list in 'proposed_by' the panel members who proposed it, using "
+    "exactly these names: {names}."
+)
+
+DIAGNOSE_SYSTEM = (
+    "You are {seat}, a physician on a diagnostic panel. From the consultation below, give your primary (most "
+    "likely) diagnosis, up to {k} differential diagnoses, and your reasoning in two or three sentences."
+)
+RECONSIDER = (
+    "Your colleagues' current views:\n{views}\n\nYour current view: {own}\n\nReconsider. Keep your diagnosis if you "
+    "still judge it best; change it only if their reasoning convinces you on clinical grounds."
+)
+JUDGEMENT_SYSTEM = (
+    "You moderate a diagnostic panel. Decide whether the doctors' primary diagnoses name the same condition, "
+    "allowing for synonyms and different wording ('same'). In 'diagnosis' give the shared diagnosis or, if they "
+    "differ, the one most doctors hold (in a tie, the best supported). In 'differentials' merge the doctors' "
+    "differential diagnoses, one entry per condition, leaving out the diagnosis above and adding none of your own."
+)
+
+
+def render_record(record: Any, indent: int = 0) -> str:
+    """A scenario record (nested dicts and lists) as indented 'Label: value' lines."""
+    pad = "  " * indent
+    if isinstance(record, dict):
+        lines = []
+        for key, value in record.items():
+            label = str(key).replace("_", " ")
+            if isinstance(value, (dict, list)):
+                lines.append(f"{pad}{label}:\n{render_record(value, indent + 1)}")
+            else:
+                lines.append(f"{pad}{label}: {value}")
+        return "\n".join(lines)
+    if isinstance(record, list):
+        return "\n".join(f"{pad}- {item}" if not isinstance(item, (dict, list)) else render_record(item, indent) for item in record)
+    return f"{pad}{record}"
+
+
+def opinion_text(opinion: Any) -> str:
+    differentials = "; ".join(opinion.differentials) or "none"
+    return f"Primary: {opinion.primary_diagnosis}. Differentials: {differentials}. Reasoning: {opinion.reasoning}"
+
+
+# ---------------------------------------------------------------- one consultation
+
+
+class Consultation:
+    """The state of one OSCE encounter: who plays what, what has been said, and the record."""
+
+    def __init__(self, case: Case, panel: Panel, settings: OsceSettings) -> None:
+        osce = case.metadata.get("osce") or {}
+        if not isinstance(osce.get("patient_actor"), dict) or not osce["patient_actor"]:
+            raise UsageError(f"Case '{case.id}' cannot run the osce protocol: it has no metadata.osce.patient_actor.",
+                             "Use an OSCE scenario (agentclinic, agentclinic-extended) or add metadata.osce.patient_actor to the case file.")
+        self.case, self.osce, self.settings = case, osce, settings
+        self.doctors = dict(panel.seats)
+        runtime = panel.first()[1].runtime
+        self.built: list[Model] = []  # models built here from spec strings, closed at the end
+        self.moderator = self._model(settings.moderator, runtime) if settings.moderator else panel.first()[1]
+        self.judge = self._model(settings.judge, runtime) if settings.judge else self.moderator
+        patient_spec = "human:Patient" if isinstance(settings.patient, str) and settings.patient.strip() == "human" else settings.patient
+        self.patient = self._model(patient_spec, runtime)
+        self.rec = Recorder(settings.on_event)
+        self.dialogue: list[tuple[str, str]] = []  # ("Patient" | "Doctor", words), in order
+        self.patient_messages: list[dict[str, str]] = [
+            {"role": "system", "content": PATIENT_SYSTEM.format(actor=render_record(osce["patient_actor"]))}]
+        self.questions_asked: list[str] = []
+        self.history_scores: list[float | None] = []  # final consensus of each history exchange
+
+    def _model(self, spec: ModelSpec, runtime: Any) -> Model:
+        if isinstance(spec, Model):
+            return spec
+        model = build_model(spec, runtime)
+        self.built.append(model)
+        return model
+
+    async def close(self) -> None:
+        for model in self.built:
+            await model.aclose()
+
+    def dialogue_text(self) -> str:
+        return "\n".join(f"{who}: {words}" for who, words in self.dialogue) or "(nothing said yet)"
+
+    async def ask(self, model: Model, system: str, user: str, *, schema: Any = None, max_tokens: int) -> Reply:
+        return await model.complete([{"role": "system", "content": system}, {"role": "user", "content": user}],
+                                    schema=schema, temperature=self.settings.temperature, max_tokens=max_tokens)
+
+    # -------------------------------------------------------------- the patient
+
+    async def patient_says(self, doctor_words: str, step: int) -> str:
+        self.patient_messages.append({"role": "user", "content": doctor_words})
+        reply = await self.patient.complete(self.patient_messages, temperature=self.settings.temperature,
+                                            max_tokens=self.settings.patient_max_tokens)
+        words = reply.text.strip()
+        self.patient_messages.append({"role": "assistant", "content": words})
+        self.dialogue.append(("Patient", words))
+        self.rec.reply(reply, speaker="Patient", role="patient", phase="opening" if step == 0 else "patient",
+                       round=step, text=words, data={"step": step})
+        return words
+
+    def doctor_says(self, words: str) -> None:
+        self.dialogue.append(("Doctor", words))
+
+    # -------------------------------------------------------------- the moderator's triage
+
+    async def triage(self, step: int) -> Triage:
+        user = f"CONSULTATION SO FAR:\n{self.dialogue_text()}\n\nLATEST PATIENT MESSAGE:\n{self.dialogue[-1][1]}"
+        reply = await self.ask(self.moderator, TRIAGE_SYSTEM, user, schema=Triage, max_tokens=self.settings.review_max_tokens)
+        decision: Triage = reply.parsed
+        self.rec.reply(reply, speaker="Moderator", role="moderator", phase="triage", round=step,
+                       text=f"{decision.action}" + (f": {decision.reply}" if decision.reply else ""),
+                       data={"step": step, "action": decision.action, "reply": decision.reply})
+        return decision
+
+    # -------------------------------------------------------------- history taking
+
+    async def take_history(self, exchange: int, step: int) -> list[str]:
+        s = self.settings
+        proposal_schema, revision_schema, merged_schema = question_schemas(s.max_questions)
+        task = (f"CONSULTATION SO FAR:\n{self.dialogue_text()}\n\n"
+                f"TASK: decide the next questions (at most {s.max_questions}) to ask this patient.")
+        tag = {"exchange": exchange, "step": step}
+        replies = await asyncio.gather(*(
+            self.ask(m, PROPOSE_SYSTEM.format(seat=seat, n=s.max_questions), task, schema=proposal_schema, max_tokens=s.max_tokens)
+            for seat, m in self.doctors.items()))
+        drafts: dict[str, str] = {}
+        proposed: dict[str, list[str]] = {}
+        for seat, reply in zip(self.doctors, replies):
+            proposed[seat] = list(reply.parsed.questions)
+            drafts[seat] = numbered(proposed[seat])
+            self.rec.reply(reply, speaker=seat, role="doctor", phase="proposal", round=0, text=drafts[seat],
+                           data={**tag, "questions": proposed[seat], "rationale": reply.parsed.rationale})
+        work = Deliberation(task=task, label="list of questions", review_schema=QuestionsReview,
+                            revision_schema=revision_schema, draft_of=lambda parsed: numbered(list(parsed.questions)), data=tag)
+        cycle = await critique_cycle(self.doctors, drafts, work, s, self.rec)
+        self.history_scores.append(cycle.scores[-1] if cycle.scores else None)
+
+        if len(self.doctors) == 1:  # nothing to review or merge: the one list goes to the patient as proposed
+            seat = next(iter(self.doctors))
+            questions = proposed[seat]
+        else:
+            names = list(self.doctors)
+            lists = "\n\n".join(f"QUESTIONS FROM {seat}:\n{text}" for seat, text in cycle.drafts.items())
+            reply = await self.ask(self.moderator, MERGE_SYSTEM.format(n=s.max_questions, names=", ".join(names)),
+                                   f"CONSULTATION SO FAR:\n{self.dialogue_text()}\n\n{lists}", schema=merged_schema, max_tokens=s.max_tokens)
+            questions = [q.question for q in reply.parsed.questions]
+            sources = [list(q.proposed_by) for q in reply.parsed.questions]
+            self.rec.reply(reply, speaker="Moderator", role="moderator", phase="consolidation", round=cycle.rounds,
+                           text=numbered(questions),
+                           data={**tag, "questions": questions, "sources": sources,
+                                 "unknown_sources": sorted({n for src in sources for n in src if n not in self.doctors}),
+                                 "consensus": self.history_scores[-1], "stopped_by": cycle.stopped_by})
+        self.questions_asked.extend(questions)
+        return questions
+
+    # -------------------------------------------------------------- diagnosis
+
+    def findings(self) -> str:
+        if not self.settings.reveal_findings:
+            return ""
+        parts = [f"{title}:\n{render_record(self.osce[key])}" for key, title in
+                 (("physical_exam", "PHYSICAL EXAMINATION"), ("test_results", "TEST RESULTS")) if self.osce.get(key)]
+        return ("\n\n" + "\n\n".join(parts)) if parts else ""
+
+    async def diagnose(self) -> dict[str, Any]:
+        s = self.settings
+        opinion_schema, judgement_schema = diagnosis_schemas(s.max_differentials)
+        task = f"CONSULTATION:\n{self.dialogue_text()}{self.findings()}"
+        systems = {seat: DIAGNOSE_SYSTEM.format(seat=seat, k=s.max_differentials) for seat in self.doctors}
+        replies = await asyncio.gather(*(self.ask(m, systems[seat], task, schema=opinion_schema, max_tokens=s.max_tokens)
+                                         for seat, m in self.doctors.items()))
+        opinions = self._record_opinions(replies, round_=0, phase="diagnosis")
+        judgement: Any = None
+        rnd = 0
+        for rnd in range(s.max_diagnosis_rounds + 1):
+            if len(self.doctors) == 1:
+                break
+            views = "\n".join(f"- {seat}: {opinion_text(o)}" for seat, o in opinions.items())
+            reply = await self.ask(self.moderator, JUDGEMENT_SYSTEM, f"{task}\n\nTHE DOCTORS' VIEWS:\n{views}",
+                                   schema=judgement_schema, max_tokens=s.max_tokens)
+            judgement = reply.parsed
+            self.rec.reply(reply, speaker="Moderator", role="moderator", phase="diagnosis-consensus", round=rnd,
+                           text=f"{'Same diagnosis' if judgement.same else 'Different diagnoses'}: {judgement.diagnosis}",
+                           data={"same": judgement.same, "primary_diagnosis": judgement.diagnosis, "differentials": list(judgement.differentials)})
+            if judgement.same or rnd == s.max_diagnosis_rounds:
+                break
+            replies = await asyncio.gather(*(
+                self.ask(m, systems[seat], task + "\n\n" + RECONSIDER.format(
+                    views="\n".join(f"- {other}: {opinion_text(o)}" for other, o in opinions.items() if other != seat),
+                    own=opinion_text(opinions[seat])), schema=opinion_schema, max_tokens=s.max_tokens)
+                for seat, m in self.doctors.items()))
+            opinions = self._record_opinions(replies, round_=rnd + 1, phase="diagnosis-debate")
+
+        if judgement is None:  # one doctor: its view is the panel's
+            only = next(iter(opinions.values()))
+            primary, differentials, status = only.primary_diagnosis, list(only.differentials), "single"
+        else:
+            primary, differentials = judgement.diagnosis, list(judgement.differentials)
+            status = "consensus" if judgement.same else "majority"
+        differentials = [d for d in dict.fromkeys(differentials) if d.strip().casefold() != primary.strip().casefold()]
+        result = {"primary": primary, "differentials": differentials, "status": status, "rounds": rnd,
+                  "opinions": {seat: o.model_dump() for seat, o in opinions.items()}}
+        self.rec.add("decision", primary, speaker="Moderator", phase="diagnosis",
+                     data={"primary_diagnosis": primary, "differentials": differentials, "status": status, "rounds": rnd})
+        return result
+
+    def _record_opinions(self, replies: list[Reply], *, round_: int, phase: str) -> dict[str, Any]:
+        opinions = {}
+        for seat, reply in zip(self.doctors, replies):
+            opinions[seat] = reply.parsed
+            self.rec.reply(reply, speaker=seat, role="doctor", phase=phase, round=round_, text=opinion_text(reply.parsed),
+                           data={"primary_diagnosis": reply.parsed.primary_diagnosis, "differentials": list(reply.parsed.differentials)})
+        return opinions
+
+    # -------------------------------------------------------------- evaluation by the judge
+
+    async def evaluate(self, diagnosis: dict[str, Any]) -> dict[str, Any]:
+        s = self.settings
+        details = patient_details(self.osce["patient_actor"])
+        statements = [words for who, words in self.dialogue if who == "Patient"]
+        gold = self.case.reference.answer_text
+        own_set = [str(d) for d in self.osce.get("acceptable_diagnoses") or [] if str(d).strip()]
+        acceptable = own_set or ([gold] if gold else [])
+        tokens = s.review_max_tokens
+
+        async def nothing() -> None:
+            return None
+
+        capture, relevance, match = await asyncio.gather(
+            judge_capture(self.judge, details, statements, max_tokens=tokens) if details else nothing(),
+            judge_relevance(self.judge, details, self.questions_asked, max_tokens=tokens) if details and self.questions_asked else nothing(),
+            judge_diagnosis(self.judge, gold, acceptable, diagnosis["primary"], diagnosis["differentials"], max_tokens=tokens)
+            if (gold or acceptable) else nothing(),
+        )
+        captured = capture[1] if capture else set()
+        relevant = relevance[1] if relevance else set()
+        primary_ok, found = (match[1], match[2]) if match else (None, set())
+        for result, metric, text, data in (
+                (capture, "picr", f"Patient details disclosed: {len(captured)} of {len(details)}.", {"captured": sorted(captured)}),
+                (relevance, "prqr", f"Relevant questions: {len(relevant)} of {len(self.questions_asked)}.", {"relevant": sorted(relevant)}),
+                (match, "pda/sda", f"Primary diagnosis correct: {primary_ok}. Acceptable diagnoses named: {len(found)} of {len(acceptable)}.",
+                 {"primary_correct": primary_ok, "acceptable_found": sorted(found)})):
+            if result is not None:
+                self.rec.reply(result[0], speaker="Judge", role="judge", phase="evaluation", text=text, data={"metric": metric, **data})
+        counts = JudgedCounts(details_total=len(details), details_captured=len(captured),
+                              questions_asked=len(self.questions_asked), questions_relevant=len(relevant),
+                              primary_correct=primary_ok, acceptable_total=len(acceptable), acceptable_found=len(found),
+                              acceptable_basis="acceptable_set" if own_set else "gold_only")
+        metrics = osce_metrics(counts)
+        self.rec.add("score", " · ".join(f"{k.upper()} {'n/a' if v is None else f'{v:.2f}'}" for k, v in metrics.items()),
+                     speaker="Judge", phase="evaluation", data={"metrics": metrics})
+        return {"judged": counts.model_dump(), "checklist": details, "captured": sorted(captured), "relevant": sorted(relevant)}
+
+
+# ---------------------------------------------------------------- the protocol
+
+
+async def run(case: Case, panel: Panel, settings: OsceSettings) -> Outcome:
+    visit = Consultation(case, panel, settings)
+    try:
+        await visit.patient_says(OPENING, step=0)
+        exchanges = direct = 0
+        # Each pass spends one history exchange or one direct reply, so the two budgets bound the loop.
+        for step in range(1, settings.max_exchanges + settings.max_direct_replies + 1):
+            if exchanges >= settings.max_exchanges:
+                break
+            decision = await visit.triage(step)
+            action = decision.action
+            if action == "direct" and (direct >= settings.max_direct_replies or not decision.reply.strip()):
+                action = "history"
+            if action == "diagnose" and exchanges == 0:
+                action = "history"  # nothing has been asked yet: take some history first
+            if action != decision.action:
+                visit.rec.add("note", f"Moderator chose '{decision.action}'; the panel takes the history instead.",
+                              speaker="Moderator", phase="triage", round=step, data={"step": step})
+            if action == "diagnose":
+                break
+            if action == "direct":
+                direct += 1
+                words = decision.reply.strip()
+                visit.rec.add("turn", words, speaker="Moderator", role="moderator", phase="direct-reply", round=step, data={"step": step})
+            else:
+                exchanges += 1
+                words = numbered(await visit.take_history(exchanges, step))
+            visit.doctor_says(words)
+            await visit.patient_says(words, step)
+        diagnosis = await visit.diagnose()
+        evaluation = await visit.evaluate(diagnosis)
+    finally:
+        await visit.close()
+    return Outcome(answer=diagnosis["primary"], transcript=visit.rec.transcript, data={
+        "diagnosis": diagnosis,
+        "questions_asked": visit.questions_asked,
+        "history_exchanges": exchanges,
+        "direct_replies": direct,
+        "history_consensus": visit.history_scores,
+        **evaluation,
+    })
+
+
+def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
+    judged = outcome.data.get("judged")
+    metrics = osce_metrics(judged) if judged else {"picr": None, "prqr": None, "pda": None, "sda": None}
+    status = (outcome.data.get("diagnosis") or {}).get("status")
+    return {
+        **metrics,
+        "diagnosis_consensus": None if status in (None, "single") else float(status == "consensus"),
+    }
+
+
+SPEC = ProtocolSpec(name="osce", run=run, settings=OsceSettings, score=score, min_models=1,
+                    description="MCC diagnostic dialogue: panel history taking with a simulated patient, diagnosis by consensus, OSCE metrics")

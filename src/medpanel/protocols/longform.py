@@ -1,0 +1,379 @@
+"""Long-form debate (MCC): open answers, scored cross-review, revision until the scores agree, consolidation.
+
+    1. every seat answers the open question on its own, all at once
+    2. review: every seat scores every other seat's answer on factual accuracy, completeness and safety
+       (1-10, each with a reason and a suggestion), all at once
+    3. consensus score of the round = mean over dimensions d of max(0, 1 - sigma_d / 4), sigma_d the
+       population standard deviation of every score given on d (six for three seats)
+    4. stop when the score is at least `threshold` and at least `min_rounds` rounds were reviewed;
+       otherwise every seat revises its answer from the reviews it received, and the next round
+       reviews the revisions; at most `max_rounds` review rounds (the last one is followed by a
+       revision when it did not stop, as in MCC's released code)
+    5. a moderator seat consolidates the final answers without adding content, tagging each point
+       with the seats it came from, e.g. "[GPT, Qwen]"
+
+Settings that reproduce what was published:
+    the paper's text:      threshold=0.8, min_rounds=1  (the defaults)
+    MCC's released code:   threshold=0.8, min_rounds=2  (it never stops after round 1: its logged run
+                           went on past a round scoring 0.89 and stopped at 0.91 in round 2)
+Scores are whole numbers, as in the released code (its parser reads "9.5" as 9).
+
+The review-and-revise cycle (`critique_cycle`) is shared with the OSCE history taking, which adds a
+fourth dimension (readability) and revises question lists instead of answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+
+from medpanel.cases.model import Case
+from medpanel.errors import UsageError
+from medpanel.models.base import Model, Reply
+from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
+from medpanel.scoring.consensus import consensus_score, dimension_agreements
+from medpanel.transcript import Event, Transcript
+
+# What each review dimension asks; the OSCE history taking adds readability (MCC, after ref. 36).
+DIMENSIONS = {
+    "factual_accuracy": "is the content medically correct?",
+    "completeness": "does it include the key, relevant information?",
+    "safety": "does it avoid anything that could put the patient at risk?",
+    "readability": "is it clear, well organised and easy for an ordinary patient to understand?",
+}
+
+
+class DebateSettings(BaseModel):
+    """What every scored-review debate shares: when to stop, and how the seats are asked."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    threshold: float = Field(default=0.8, ge=0.0, le=1.0)
+    min_rounds: int = Field(default=1, ge=1, le=10)
+    max_rounds: int = Field(default=3, ge=1, le=10)
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(default=1024, ge=16)  # answers, revisions and the consolidation
+    review_max_tokens: int = Field(default=512, ge=16)  # one review: three or four scores with reasons
+    # Streams each event as it happens (CLI, web). Not part of the stored settings.
+    on_event: Callable[[Event], Any] | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _rounds_fit(self) -> DebateSettings:
+        if self.min_rounds > self.max_rounds:
+            raise ValueError(f"min_rounds ({self.min_rounds}) cannot exceed max_rounds ({self.max_rounds})")
+        return self
+
+
+class LongformSettings(DebateSettings):
+    moderator: str = ""  # the consolidating seat: its name or 1-based position; "" = the first seat
+
+
+# ---------------------------------------------------------------- schemas
+# No field descriptions: small models copy them into their answers. The prompts say what each field is.
+
+
+class Review(BaseModel):
+    """A scored review, flat and scores first: every score comes before any prose, so a reply cut short
+    by its token budget still carries all the scores (small local models need this to close their JSON)."""
+
+    dimension_names: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def dimensions(cls) -> list[str]:
+        return list(cls.dimension_names)
+
+    def scores(self) -> dict[str, int]:
+        return {d: getattr(self, f"{d}_score") for d in self.dimensions()}
+
+    def critique(self, dimension: str) -> tuple[str, str]:
+        """(reason, suggestion) given for one dimension."""
+        return getattr(self, f"{dimension}_reason"), getattr(self, f"{dimension}_suggestion")
+
+
+def review_schema(name: str, dimensions: list[str]) -> type[Review]:
+    """A Review class with D_score (1-10) for every dimension D, then D_reason and D_suggestion."""
+    unknown = [d for d in dimensions if d not in DIMENSIONS]
+    if unknown:
+        raise UsageError(f"Unknown review dimension(s): {', '.join(unknown)}.", f"Use some of: {', '.join(DIMENSIONS)}.")
+    fields: dict[str, Any] = {f"{d}_score": (int, Field(ge=1, le=10)) for d in dimensions}
+    for d in dimensions:
+        fields[f"{d}_reason"] = (str, Field(max_length=300))
+        fields[f"{d}_suggestion"] = (str, Field(max_length=300))
+    schema = create_model(name, __base__=Review, **fields)
+    schema.dimension_names = tuple(dimensions)
+    return schema
+
+
+AnswerReview = review_schema("AnswerReview", ["factual_accuracy", "completeness", "safety"])
+QuestionsReview = review_schema("QuestionsReview", ["factual_accuracy", "completeness", "safety", "readability"])
+
+
+class RevisedAnswer(BaseModel):
+    critique_summary: str = Field(max_length=800)
+    answer: str
+
+
+# ---------------------------------------------------------------- recording
+
+
+class Recorder:
+    """The transcript of one deliberation, with every event also streamed to the settings' listener."""
+
+    def __init__(self, on_event: Callable[[Event], Any] | None = None) -> None:
+        self.transcript = Transcript()
+        self.on_event = on_event
+
+    def _emit(self, event: Event) -> Event:
+        if self.on_event is not None:
+            self.on_event(event)
+        return event
+
+    def reply(self, reply: Reply, *, speaker: str, role: str, phase: str, round: int = 0, data: dict | None = None, text: str | None = None) -> Event:
+        event = self.transcript.add_reply(reply, speaker=speaker, role=role, round=round, phase=phase, data=data)
+        if text is not None:
+            event.text = text  # the words said; the structured reply stays in data
+        return self._emit(event)
+
+    def add(self, kind: Any, text: str = "", **fields: Any) -> Event:
+        return self._emit(self.transcript.add(kind, text, **fields))
+
+
+# ---------------------------------------------------------------- the review-and-revise cycle
+
+
+@dataclass(frozen=True)
+class Deliberation:
+    """What a critique cycle works on: the task every prompt restates, and the shape of drafts."""
+
+    task: str  # the question, or the consultation so far and what to produce
+    label: str  # "answer", "list of questions"
+    review_schema: type[Review] = AnswerReview
+    revision_schema: type[BaseModel] = RevisedAnswer  # has critique_summary and the revised draft
+    draft_of: Callable[[Any], str] = lambda parsed: parsed.answer
+    data: dict = field(default_factory=dict)  # added to every event (e.g. the OSCE exchange number)
+
+
+@dataclass
+class CycleResult:
+    drafts: dict[str, str]  # seat -> final draft
+    scores: list[float]  # consensus score of every reviewed round, in order
+    reached: bool  # the last reviewed round met the threshold
+    stopped_by: str  # "consensus" | "max_rounds" | "single_seat"
+
+    @property
+    def rounds(self) -> int:
+        return len(self.scores)
+
+
+REVIEW_SYSTEM = (
+    "You are {seat}, a physician reviewing a colleague's {label}. Score it from 1 (poor) to 10 (excellent) "
+    "on each dimension, and for each give the reason for the score and one concrete suggestion to improve it. "
+    "Dimensions:\n{dimensions}\nJudge the work itself; your own {label} is shown only for comparison."
+)
+
+REVISION_SYSTEM = (
+    "You are {seat}, a physician on a panel. Colleagues have reviewed your {label}. In 'critique_summary' say "
+    "briefly what they criticised and which points you accept or reject, with your reason. Then give your "
+    "complete revised {label}: keep what was right, correct what was wrong or unsafe, and add important points "
+    "you had missed."
+)
+
+
+def _dimension_lines(schema: type[Review]) -> str:
+    return "\n".join(f"- {d}: {DIMENSIONS[d]}" for d in schema.dimensions())
+
+
+def review_text(target: str, review: Review) -> str:
+    """One review as a line a person reads: the scores, then each reason."""
+    scores = ", ".join(f"{d} {v}" for d, v in review.scores().items())
+    reasons = " ".join(f"{d}: {review.critique(d)[0]}" for d in review.dimensions() if review.critique(d)[0].strip())
+    return f"Review of {target}: {scores}." + (f" {reasons}" if reasons else "")
+
+
+def render_reviews(received: dict[str, Review]) -> str:
+    """The reviews a seat received, as its revision prompt shows them."""
+    blocks = []
+    for reviewer, review in received.items():
+        lines = [f"From {reviewer}:"]
+        for dim, value in review.scores().items():
+            reason, suggestion = review.critique(dim)
+            lines.append(f"- {dim} {value}/10. Reason: {reason} Suggestion: {suggestion}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+async def critique_cycle(seats: dict[str, Model], drafts: dict[str, str], work: Deliberation,
+                         settings: DebateSettings, rec: Recorder) -> CycleResult:
+    """Review, score agreement, revise; until the scores agree or the rounds run out (see module doc)."""
+    if len(seats) < 2:
+        rec.add("note", "One seat: nothing to review.", phase="review", data=dict(work.data))
+        return CycleResult(dict(drafts), [], False, "single_seat")
+    drafts = dict(drafts)
+    scores: list[float] = []
+    pairs = [(r, t) for r in seats for t in seats if r != t]
+    for rnd in range(1, settings.max_rounds + 1):
+        replies = await asyncio.gather(*(_review(seats[r], r, t, drafts, work, settings) for r, t in pairs))
+        received: dict[str, dict[str, Review]] = {seat: {} for seat in seats}
+        by_dimension: dict[str, list[float]] = {d: [] for d in work.review_schema.dimensions()}
+        for (reviewer, target), reply in zip(pairs, replies):
+            review: Review = reply.parsed
+            received[target][reviewer] = review
+            for dim, value in review.scores().items():
+                by_dimension[dim].append(value)
+            rec.reply(reply, speaker=reviewer, role="reviewer", phase="review", round=rnd, text=review_text(target, review),
+                      data={**work.data, "target": target, "scores": review.scores(), "review": review.model_dump()})
+        score = consensus_score(by_dimension)
+        scores.append(score)
+        reached = score >= settings.threshold
+        stop = reached and rnd >= settings.min_rounds
+        rec.add("score", f"{score:.2f}", speaker="Panel", round=rnd, phase="consensus",
+                data={**work.data, "consensus": score, "by_dimension": dimension_agreements(by_dimension),
+                      "threshold": settings.threshold, "reached": reached, "stop": stop})
+        if stop:
+            return CycleResult(drafts, scores, True, "consensus")
+        revisions = await asyncio.gather(*(_revise(seats[s], s, drafts[s], received[s], work, settings) for s in seats))
+        for seat, reply in zip(seats, revisions):
+            drafts[seat] = work.draft_of(reply.parsed)
+            rec.reply(reply, speaker=seat, role="panelist", phase="revision", round=rnd, text=drafts[seat],
+                      data={**work.data, "critique_summary": reply.parsed.critique_summary})
+    return CycleResult(drafts, scores, scores[-1] >= settings.threshold, "max_rounds")
+
+
+async def _review(model: Model, reviewer: str, target: str, drafts: dict[str, str], work: Deliberation, settings: DebateSettings) -> Reply:
+    system = REVIEW_SYSTEM.format(seat=reviewer, label=work.label, dimensions=_dimension_lines(work.review_schema))
+    user = (f"{work.task}\n\n{work.label.upper()} BY {target} TO REVIEW:\n{drafts[target]}\n\n"
+            f"YOUR OWN {work.label.upper()}, FOR COMPARISON:\n{drafts[reviewer]}")
+    return await model.complete([{"role": "system", "content": system}, {"role": "user", "content": user}],
+                                schema=work.review_schema, temperature=settings.temperature, max_tokens=settings.review_max_tokens)
+
+
+async def _revise(model: Model, seat: str, draft: str, received: dict[str, Review], work: Deliberation, settings: DebateSettings) -> Reply:
+    system = REVISION_SYSTEM.format(seat=seat, label=work.label)
+    user = f"{work.task}\n\nYOUR CURRENT {work.label.upper()}:\n{draft}\n\nREVIEWS YOU RECEIVED:\n{render_reviews(received)}"
+    return await model.complete([{"role": "system", "content": system}, {"role": "user", "content": user}],
+                                schema=work.revision_schema, temperature=settings.temperature, max_tokens=settings.max_tokens)
+
+
+# ---------------------------------------------------------------- attribution
+
+
+def attribution_tag(seats: list[str]) -> str:
+    """How the moderator credits a point: "[GPT, Qwen]"."""
+    return "[" + ", ".join(seats) + "]"
+
+
+_BRACKETS = re.compile(r"\[([^\[\]\n]{1,200})\](?!\()")  # not a markdown link "[text](url)"
+
+
+def attributions(text: str, seats: list[str]) -> tuple[dict[str, int], list[str]]:
+    """How many tags credit each seat, and the names in tags that are no seat. A bracket counts as a tag
+    when at least one of its comma-separated names is a seat."""
+    counts = {seat: 0 for seat in seats}
+    unknown: list[str] = []
+    for inside in _BRACKETS.findall(text):
+        names = [n.strip() for n in inside.split(",") if n.strip()]
+        if not any(n in counts for n in names):
+            continue
+        for name in names:
+            if name in counts:
+                counts[name] += 1
+            elif name not in unknown:
+                unknown.append(name)
+    return counts, unknown
+
+
+def pick_moderator(panel: Panel, choice: str) -> tuple[str, Model]:
+    """The moderator seat by name or 1-based position; the first seat when `choice` is empty."""
+    names = list(panel.seats)
+    if not choice:
+        return panel.first()
+    if choice in panel.seats:
+        return choice, panel.seats[choice]
+    if choice.isdigit() and 1 <= int(choice) <= len(names):
+        name = names[int(choice) - 1]
+        return name, panel.seats[name]
+    raise UsageError(f"No seat '{choice}' to moderate: the seats are {', '.join(names)}.",
+                     f"Set moderator to a seat name or a position from 1 to {len(names)}.")
+
+
+# ---------------------------------------------------------------- the protocol
+
+ANSWER_SYSTEM = (
+    "You are {seat}, a physician answering a medical question. Give an answer that is correct, covers what "
+    "matters (the likely causes or options, what to do, when to seek care) and is careful with diagnostic and "
+    "treatment advice. Write clearly for the person who asked."
+)
+
+CONSOLIDATION_SYSTEM = (
+    "You moderate a panel of physicians who have debated a medical question. Combine their final answers into "
+    "one clear, well-organised answer. Use only what at least one of them said: add no facts, advice or claims "
+    "of your own. After every point, name in square brackets the panel members it came from, using exactly "
+    "these names: {names}. For example: {example}."
+)
+
+
+def question_task(case: Case) -> str:
+    return f"QUESTION:\n{case.question}"
+
+
+async def run(case: Case, panel: Panel, settings: LongformSettings) -> Outcome:
+    case.require("question", protocol="longform")
+    moderator_seat, moderator = pick_moderator(panel, settings.moderator)
+    rec = Recorder(settings.on_event)
+    work = Deliberation(task=question_task(case), label="answer")
+    seats = dict(panel.seats)
+
+    answers = await asyncio.gather(*(
+        m.complete([{"role": "system", "content": ANSWER_SYSTEM.format(seat=s)}, {"role": "user", "content": work.task}],
+                   temperature=settings.temperature, max_tokens=settings.max_tokens)
+        for s, m in seats.items()))
+    drafts = {}
+    for seat, reply in zip(seats, answers):
+        drafts[seat] = reply.text.strip()
+        rec.reply(reply, speaker=seat, role="panelist", phase="initial", round=0)
+
+    cycle = await critique_cycle(seats, drafts, work, settings, rec)
+
+    if len(seats) == 1:
+        final, counts, unknown = cycle.drafts[moderator_seat], {moderator_seat: 0}, []
+    else:
+        names = list(seats)
+        system = CONSOLIDATION_SYSTEM.format(names=", ".join(names), example=f"'Vestibular migraine can cause imbalance {attribution_tag(names[:2])}'")
+        body = "\n\n".join(f"ANSWER FROM {seat}:\n{text}" for seat, text in cycle.drafts.items())
+        reply = await moderator.complete([{"role": "system", "content": system}, {"role": "user", "content": f"{work.task}\n\n{body}"}],
+                                         temperature=settings.temperature, max_tokens=settings.max_tokens)
+        final = reply.text.strip()
+        counts, unknown = attributions(final, names)
+        rec.reply(reply, speaker=moderator_seat, role="moderator", phase="consolidation",
+                  data={"attributions": counts, "unknown_sources": unknown})
+    rec.add("decision", final, speaker=moderator_seat, phase="conclusion",
+            data={"consensus": cycle.scores[-1] if cycle.scores else None, "rounds": cycle.rounds, "stopped_by": cycle.stopped_by})
+    return Outcome(answer=final, transcript=rec.transcript, data={
+        "consensus_by_round": cycle.scores,
+        "rounds": cycle.rounds,
+        "reached_consensus": cycle.reached,
+        "stopped_by": cycle.stopped_by,
+        "final_answers": cycle.drafts,
+        "attributions": counts,
+        "unknown_sources": unknown,
+    })
+
+
+def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
+    rounds = outcome.data.get("consensus_by_round") or []
+    seats = outcome.data.get("attributions") or {}
+    return {
+        "consensus": rounds[-1] if rounds else None,
+        "reached_consensus": None if not rounds else float(bool(outcome.data.get("reached_consensus"))),
+        # Share of seats the consolidation credits at least once: does it draw on the whole panel?
+        "seats_credited": (sum(1 for n in seats.values() if n > 0) / len(seats)) if len(seats) > 1 else None,
+    }
+
+
+SPEC = ProtocolSpec(name="longform", run=run, settings=LongformSettings, score=score, min_models=1,
+                    description="MCC long-form debate: open answers, scored cross-review until agreement, attributed consolidation")
