@@ -101,6 +101,9 @@ async def test_bertscore_of_the_conclusion_when_asked(tmp_path):
     scores = spec.score(load_case(case_file), outcome)
     assert scores["bertscore_f1"] == pytest.approx(1.0, abs=1e-4)  # the conclusion is the reference, word for word
     assert "not comparable" in outcome.data["bertscore_note"]
+    from medpanel.runs.summary import score_notes
+
+    assert "not comparable" in score_notes({"bertscore_f1": [1.0]})[0] and score_notes({"rouge_l": [1.0]}) == []
 
 
 def test_bench_over_the_example_cases_gives_per_case_scores_and_intervals(cli_env, tmp_path):

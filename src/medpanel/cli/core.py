@@ -194,6 +194,8 @@ def _print_summary(s: dict) -> None:
               f"{s['mean_item_seconds']}s/item")
     if s.get("message"):
         out.print(f"[yellow]{s['message']}[/]")
+    for note in s.get("notes", []):
+        out.print(f"[dim]note: {note}[/]")
 
 
 @app.command("runs")

@@ -53,7 +53,17 @@ def summarize(store: Store, run_id: str) -> dict:
         "calls": store.call_counts(run_id),
         "mean_item_seconds": round(sum((i["finished_at"] or 0) - (i["started_at"] or 0) for i in done) / n_done, 3),
         "message": run["message"],
+        "notes": score_notes(by_score),
     }
+
+
+def score_notes(scores: dict) -> list[str]:
+    """Caveats a reader must see next to certain scores."""
+    notes = []
+    if "bertscore_f1" in scores:
+        notes.append("BERTScore here uses the bundled all-MiniLM-L6-v2 model offline: it is not comparable to "
+                     "published BERTScore (roberta-large, or OpenTumorBoard's deberta-xlarge-mnli).")
+    return notes
 
 
 def breakdown(store: Store, run_id: str, key: str) -> dict[str, dict[str, dict]]:
