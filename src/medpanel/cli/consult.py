@@ -1,3 +1,182 @@
-"""Commands for consult (filled in by its module owner)."""
+"""Consult commands: `medpanel consult NOTE_FILE` (MedSyn) and `medpanel score icd10`."""
 
 from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from medpanel.cli.common import (JsonOpt, NoCacheOpt, ReasksOpt, StoreOpt, TimeoutOpt, app, err, make_runtime, open_store,
+                                 out, parse_sets, print_json, score_app)
+from medpanel.errors import MedpanelError, UsageError
+
+CONSULT_PROTOCOLS = ("consult", "baseline", "baseline-note")
+
+
+def _seat_spec(spec: str, seat: str) -> str:
+    # A bare "human" is named after the chair, so the terminal says whose turn it is.
+    return f"human:{seat}" if spec.strip().lower() == "human" else spec
+
+
+def _say(markup: str) -> None:
+    # Whole lines (the terminal wraps them), so what was said can be searched for as it was written.
+    out.print(markup, soft_wrap=True, highlight=False)
+
+
+def _show_event(event) -> None:
+    data = event.data
+    if event.kind == "turn" and event.speaker == "Physician":
+        verb = "submits" if data.get("action") == "submit" else "asks"
+        _say(f"[dim]turn {event.round}[/] [bold cyan]Physician[/] {verb}: {escape(data.get('message', event.text))}")
+    elif event.kind == "turn":
+        _say(f"[dim]turn {event.round}[/] [bold magenta]{event.speaker}[/]: {escape(event.text.strip())}")
+    elif event.kind == "decision":
+        _say(f"[bold green]Discharge[/]: {escape(str(data.get('diagnosis')))} | codes: {', '.join(data.get('codes') or []) or '(none)'}")
+    else:
+        _say(f"[yellow]{escape(event.text)}[/]")
+
+
+def _code_rows(codes: list[str]) -> list[dict[str, Any]]:
+    from medpanel.scoring.icd10 import code_table
+
+    try:
+        table = code_table()
+    except UsageError:
+        return [{"code": c, "valid": None, "description": None, "chapter": None} for c in codes]
+    rows = []
+    for code in codes:
+        info = table.info(code)
+        rows.append({"code": info.code, "valid": info.valid, "description": info.description or (
+            f"(no such code; category {info.category}: {info.category_description})" if info.category_description else "(no such code)"),
+            "category": info.category, "block": info.block, "chapter": info.chapter})
+    return rows
+
+
+def _print_codes(title: str, rows: list[dict[str, Any]]) -> None:
+    table = Table("code", "exists", "chapter", "description", title=title, title_justify="left")
+    for r in rows:
+        exists = "?" if r["valid"] is None else ("yes" if r["valid"] else "[red]no[/]")
+        table.add_row(r["code"], exists, str(r.get("chapter") or ""), escape(r["description"] or ""))
+    out.print(table)
+
+
+def _print_metrics(scores: dict[str, Any]) -> None:
+    from medpanel.scoring.icd10 import LEVELS, METRICS
+
+    table = Table("level", *METRICS, title="ICD-10 metrics", title_justify="left")
+    for level in LEVELS:
+        table.add_row(level, *("-" if scores.get(f"{level}_{m}") is None else f"{scores[f'{level}_{m}']:.3f}" for m in METRICS))
+    out.print(table)
+    if scores.get("invalid_rate") is not None:
+        out.print(f"invalid (non-existent) predicted codes: {scores['invalid_rate']:.1%}")
+
+
+@app.command()
+def consult(
+    note_file: Annotated[str, typer.Argument(help="A case YAML/JSON, a plain-text note with MIMIC-style 'Heading:' sections, or codiesp:<dev index or document id>.")],
+    physician: Annotated[str, typer.Option("--physician", envvar="MEDPANEL_PHYSICIAN", help="Model spec in the physician's chair, or 'human'.")] = "local",
+    assistant: Annotated[Optional[str], typer.Option("--assistant", envvar="MEDPANEL_ASSISTANT", help="Model spec in the assistant's chair, or 'human' (default: the physician's model; 'local' when the physician is human).")] = None,
+    protocol: Annotated[str, typer.Option("--protocol", "-p", envvar="MEDPANEL_CONSULT_PROTOCOL", help="consult, or a baseline: baseline (chief complaint only), baseline-note (full note).")] = "consult",
+    max_turns: Annotated[int, typer.Option("--max-turns", envvar="MEDPANEL_MAX_TURNS", min=3, max=200, help="Messages in all, the discharge included; past it the consult is unfinished.")] = 20,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Tokens per question, answer and discharge.")] = 256,
+    sections: Annotated[Optional[str], typer.Option("--sections", envvar="MEDPANEL_SECTIONS", help="For a text note: sections the assistant sees, comma-separated (default: chief complaint, history of present illness, physical exam, pertinent results).")] = None,
+    set_: Annotated[Optional[list[str]], typer.Option("--set", envvar="MEDPANEL_CONSULT_SET", help="Protocol setting KEY=VALUE (repeatable), e.g. --set min_questions=2.")] = None,
+    store: StoreOpt = None,
+    no_cache: NoCacheOpt = False,
+    timeout: TimeoutOpt = 300.0,
+    max_reasks: ReasksOpt = 2,
+    as_json: JsonOpt = False,
+) -> None:
+    """A physician with only the chief complaint consults an assistant holding the note, then writes the discharge (MedSyn); stored as a run."""
+    from medpanel.cases.notes import load_consult_case
+    from medpanel.models import build_model
+    from medpanel.protocols import Panel, get_protocol
+    from medpanel.protocols.consult import ASSISTANT, PHYSICIAN, briefing
+    from medpanel.runs.runner import RunConfig, run_benchmark
+
+    if protocol not in CONSULT_PROTOCOLS:
+        raise UsageError(f"'{protocol}' is not a consult protocol.", f"Use one of: {', '.join(CONSULT_PROTOCOLS)}.")
+    visible = tuple(s.strip().lower() for s in sections.split(",") if s.strip()) if sections else None
+    case = load_consult_case(note_file, visible)
+    physician_spec = _seat_spec(physician, PHYSICIAN)
+    assistant_spec = _seat_spec(assistant or ("local" if physician_spec.startswith("human") else physician), ASSISTANT)
+    settings = {"max_tokens": max_tokens, "discharge_max_tokens": max_tokens} | parse_sets(set_)
+    if protocol == "consult":
+        settings["max_turns"] = max_turns
+    else:
+        settings.pop("max_tokens")
+    spec = get_protocol(protocol)
+    try:
+        spec.settings.model_validate(settings)
+    except ValueError as exc:
+        raise UsageError(f"Invalid consult settings: {exc}", "Check --max-turns and the --set values.") from None
+
+    db = open_store(store)
+    runtime = make_runtime(db, no_cache=no_cache, timeout=timeout, max_reasks=max_reasks)
+    physician_model = build_model(physician_spec, runtime)
+    chairs = [physician_model] if assistant_spec == physician_spec else [physician_model, build_model(assistant_spec, runtime)]
+    panel = Panel.of(chairs, names=[physician_spec, assistant_spec][: len(chairs)])
+    config = RunConfig(dataset=note_file, protocol=protocol, models=[physician_spec, assistant_spec], settings=settings)
+
+    if not as_json:
+        err.print(f"[dim]{protocol} on {case.id}: physician {physician_spec}"
+                  + (f", assistant {assistant_spec}" if protocol == "consult" else "") + " (the first local call loads the model)...[/]")
+        _say(f"[bold]Chief complaint[/]: {escape(case.chief_complaint)}")
+        for seat, seat_spec in ((PHYSICIAN, physician_spec), (ASSISTANT, assistant_spec)):
+            if seat_spec.startswith("human") and (seat == PHYSICIAN or protocol == "consult"):
+                _say(f"\n{escape(briefing(case, seat))}\n")
+        # Show the dialogue as it happens, without the hook ever reaching the stored settings.
+        inner = spec
+
+        async def run_live(c, p, s):
+            return await inner.run(c, p, s.model_copy(update={"on_event": _show_event}))
+
+        spec = dataclasses.replace(spec, run=run_live)
+    result = asyncio.run(run_benchmark(db, config, runtime, protocol=spec, panel=panel, cases=[case]))
+    items = db.items(result.run_id)
+    item = items[0] if items else None
+    if item is None or item["status"] != "done":
+        raise MedpanelError(f"The consult failed: {item['error'] if item else 'no result'}", f"See `medpanel show {result.run_id} --item {case.id}`.")
+    outcome = item["outcome"]
+    scores = {row["name"]: row["value"] for row in db.scores(result.run_id) if row["item_id"] == case.id}
+    codes = outcome["data"].get("codes") or []
+    if as_json:
+        print_json({"run_id": result.run_id, "case": case.id, "status": outcome["status"], "diagnosis": outcome.get("answer"),
+                    "codes": _code_rows(codes), "gold_codes": case.reference.codes, "scores": scores,
+                    "turns": outcome["data"].get("turns"), "events": db.events(result.run_id, case.id)})
+        return
+    if outcome["status"] != "ok":
+        _say(f"\n[bold yellow]Unfinished[/]: no discharge within {outcome['data'].get('max_turns')} turns.")
+    else:
+        _say(f"\n[bold green]Diagnosis[/]: {escape(str(outcome.get('answer')))}")
+        _print_codes("Discharge codes", _code_rows(codes))
+        if case.reference.codes:
+            _say(f"Gold codes: {', '.join(case.reference.codes)}")
+            _print_metrics(scores)
+    err.print(f"[dim]run {result.run_id} · {outcome['data'].get('turns')} turns · see it again with: medpanel show {result.run_id} --item {case.id}[/]")
+
+
+@score_app.command("icd10")
+def score_icd10(
+    pred: Annotated[str, typer.Option("--pred", envvar="MEDPANEL_PRED", help="Predicted codes, as text: 'E11.9, I10 and J18.9'.")],
+    gold: Annotated[str, typer.Option("--gold", envvar="MEDPANEL_GOLD", help="Gold codes, as text.")],
+    empty: Annotated[str, typer.Option("--empty", envvar="MEDPANEL_EMPTY", help="An empty prediction scores 'zero', or is 'exclude'd (None).")] = "zero",
+    as_json: JsonOpt = False,
+) -> None:
+    """Precision, recall, F1 and Jaccard of predicted ICD-10 codes at code, category and chapter level."""
+    from medpanel.scoring.icd10 import icd10_scores, parse_codes
+
+    scores = icd10_scores(pred, gold, empty=empty)  # type: ignore[arg-type]
+    predicted, golden = parse_codes(pred), parse_codes(gold)
+    if not golden:
+        raise UsageError(f"No ICD-10 codes found in --gold '{gold}'.", "Give codes such as --gold 'E11.9, I10'.")
+    if as_json:
+        print_json({"predicted": _code_rows(predicted), "gold": _code_rows(golden), "scores": scores})
+        return
+    _print_codes("Predicted", _code_rows(predicted))
+    _print_codes("Gold", _code_rows(golden))
+    _print_metrics(scores)

@@ -27,7 +27,8 @@ import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Literal
+from collections.abc import Iterable
+from typing import Literal
 
 from medpanel.errors import UsageError
 
@@ -117,6 +118,9 @@ class CodeTable:
             self.chapters = [self._range(r["range"], r["chapter"], r["title"]) for r in csv.DictReader(fh, delimiter="\t")]
         with blocks_file.open(newline="") as fh:
             self.blocks = [self._range(r["block"], r["block"], r["title"]) for r in csv.DictReader(fh, delimiter="\t")]
+        for block in self.blocks:  # a one-category block (C7A, D3A) carries that category's title
+            if block.low == block.high and not self.categories.get(block.low) and block.low in self.categories:
+                self.categories[block.low] = block.title
 
     @staticmethod
     def _range(span: str, name: str, title: str) -> _Range:
@@ -220,26 +224,34 @@ def set_metrics(predicted: set, gold: set, empty: EmptyPolicy = "zero") -> dict[
     return {"precision": precision, "recall": recall, "f1": f1, "jaccard": hits / len(predicted | gold)}
 
 
-def icd10_scores(predicted: Iterable[str], gold: Iterable[str], *, empty: EmptyPolicy = "zero",
-                 table: CodeTable | None = None) -> dict[str, float | None]:
+def icd10_scores(predicted: str | Iterable[str], gold: str | Iterable[str], *, empty: EmptyPolicy = "zero",
+                 table: CodeTable | None | Literal[False] = None) -> dict[str, float | None]:
     """One sample's scores: `{level}_{metric}` for every level and metric, plus the invalid-code rate.
 
     Both sides are parsed and normalised (so "e11.9" and "E119" are "E11.9"; duplicates count once).
     `invalid_rate` is the share of distinct predicted codes that do not exist (None with no prediction);
     `n_predicted` and `n_gold` count distinct codes; `empty` is 1.0 when nothing was predicted.
+    `table=None` loads the ICD-10-CM table; `table=False` scores without one (where the data is
+    missing): chapter metrics and the invalid rate are then None.
     """
     if empty not in ("zero", "exclude"):
         raise UsageError(f"Unknown empty-prediction policy '{empty}'.", "Use 'zero' or 'exclude'.")
-    pred_codes, gold_codes = parse_codes(list(predicted)), parse_codes(list(gold))
-    table = table or code_table()
+    pred_codes, gold_codes = parse_codes(predicted), parse_codes(gold)
+    if table is None:
+        table = code_table()
     scores: dict[str, float | None] = {}
     for level in LEVELS:
-        p = {level_key(c, level, table) for c in pred_codes}
-        g = {level_key(c, level, table) for c in gold_codes}
+        if level == "chapter" and table is False:
+            scores.update({f"chapter_{metric}": None for metric in METRICS})
+            continue
+        p = {level_key(c, level, table or None) for c in pred_codes}
+        g = {level_key(c, level, table or None) for c in gold_codes}
         for metric, value in set_metrics(p, g, empty).items():
             scores[f"{level}_{metric}"] = value
-    invalid = [c for c in pred_codes if not table.info(c).valid]
-    scores["invalid_rate"] = len(invalid) / len(pred_codes) if pred_codes else None
+    if table is False or not pred_codes:
+        scores["invalid_rate"] = None
+    else:
+        scores["invalid_rate"] = sum(not table.info(c).valid for c in pred_codes) / len(pred_codes)
     scores["n_predicted"] = float(len(pred_codes))
     scores["n_gold"] = float(len(gold_codes))
     scores["empty"] = 0.0 if pred_codes else 1.0
