@@ -54,8 +54,8 @@ def test_count_sentences(text, n):
 
 
 def test_first_sentences_keeps_the_original_text_of_the_first_three():
-    assert first_sentences("One, i.e. first. Two? Three! Four.") == "One, i.e. first. Two? Three!"
-    assert first_sentences("Only one.") == "Only one."
+    assert first_sentences("One, i.e. first. Two? Three! Four.", 3) == ("One, i.e. first. Two? Three!", True)
+    assert first_sentences("Only one.", 3) == ("Only one.", False)
 
 
 def test_answer_text_reads_json_fences_and_think_blocks_leniently():

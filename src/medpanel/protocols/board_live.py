@@ -13,7 +13,6 @@ is the same transcript and the same tagged meeting text as Board Simulation, so 
 
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field, create_model
@@ -28,6 +27,7 @@ from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
 from medpanel.protocols.board import MeetingScoring, board_prompt, judge_meeting
 from medpanel.protocols.board import score as board_score
 from medpanel.scoring.board_format import parse_board_response
+from medpanel.scoring.sentences import first_sentences
 from medpanel.transcript import Event, Transcript
 
 MODERATOR = "Moderator"
@@ -75,15 +75,6 @@ class Opening(BaseModel):
 
 class Closing(BaseModel):
     conclusion: str = Field(max_length=800)
-
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9])")
-
-
-def first_sentences(text: str, limit: int) -> tuple[str, bool]:
-    """At most `limit` sentences of `text`, and whether anything was cut (small models run on and loop)."""
-    sentences = _SENTENCE_END.split(" ".join(text.split()))
-    return " ".join(sentences[:limit]), len(sentences) > limit
 
 
 def _floor_schema(roles: list[str]) -> type[BaseModel]:
@@ -185,7 +176,7 @@ async def run(case: Case, panel: Panel, settings: LiveBoardSettings) -> Outcome:
         reply = await meeting.ask(speaker, SPECIALIST_SYSTEM.format(role=speaker),
                                   f"Discussion so far:\n{meeting.discussion_so_far()}\n\nThe moderator asks you: "
                                   f"{question or 'What is your view?'}", max_tokens=settings.turn_tokens)
-        said, trimmed = first_sentences(reply.text, 3)
+        said, trimmed = first_sentences(" ".join(reply.text.split()), 3)
         meeting.record(speaker, said, reply, "discussion", turn + 2, data={"trimmed": trimmed})
         last_speaker = speaker
     else:
@@ -194,7 +185,7 @@ async def run(case: Case, panel: Panel, settings: LiveBoardSettings) -> Outcome:
     # Closing: the conclusion.
     closing = await meeting.ask(MODERATOR, MODERATOR_SYSTEM, f"Discussion:\n{meeting.discussion_so_far()}\n\nClose the meeting: "
                                 "state the board's plan in two to four sentences.", schema=Closing, max_tokens=settings.conclusion_tokens)
-    conclusion, trimmed = first_sentences(closing.parsed.conclusion, 4)
+    conclusion, trimmed = first_sentences(" ".join(closing.parsed.conclusion.split()), 4)
     meeting.record(MODERATOR, conclusion, closing, "conclusion", len(meeting.spoken) + 1, data={"trimmed": trimmed})
     meeting.transcript.add("decision", conclusion, speaker="Board", phase="conclusion")
 

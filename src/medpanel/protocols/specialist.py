@@ -28,6 +28,7 @@ from medpanel.models.messages import Message
 from medpanel.models.registry import parse_spec
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
 from medpanel.scoring import judges
+from medpanel.scoring.sentences import count_sentences, first_sentences, sentence_spans  # noqa: F401  (re-exported for callers)
 from medpanel.transcript import Transcript
 
 MAX_SENTENCES = 3
@@ -76,41 +77,6 @@ class SpecialistSettings(BaseModel):
 
 
 # ---------------------------------------------------------------- pure helpers
-
-# Only words that are almost never the last word of a sentence: "no", "mg" or "etc." often are.
-_ABBREVIATIONS = {"dr", "mr", "mrs", "ms", "prof", "vs", "e.g", "i.e", "approx", "fig", "cf", "al"}
-_BOUNDARY = re.compile(r"[.!?]+[\"')\]]*(?=\s+|$)")
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """(start, end) of each sentence. A boundary is ., ! or ? before whitespace or the end, unless the
-    word it closes is a common abbreviation or the next word starts in lower case ("e.g. a spacer")."""
-    spans: list[tuple[int, int]] = []
-    start = 0
-    for match in _BOUNDARY.finditer(text):
-        end = match.end()
-        word = re.search(r"([A-Za-z][A-Za-z.]*)$", text[start:match.start()])
-        rest = text[end:].lstrip()
-        if word and word.group(1).lower().rstrip(".") in _ABBREVIATIONS and rest:
-            continue
-        if rest and rest[0].islower():
-            continue
-        if text[start:end].strip():
-            spans.append((start + len(text[start:end]) - len(text[start:end].lstrip()), end))
-        start = end
-    if text[start:].strip():
-        spans.append((start + len(text[start:]) - len(text[start:].lstrip()), len(text.rstrip())))
-    return spans
-
-
-def count_sentences(text: str) -> int:
-    return len(sentence_spans(text))
-
-
-def first_sentences(text: str, limit: int = MAX_SENTENCES) -> str:
-    spans = sentence_spans(text)
-    return text[: spans[limit - 1][1]].strip() if len(spans) > limit else text.strip()
-
 
 _INSUFFICIENT = re.compile(
     r"\b(insufficient|not enough (?:information|data|detail)|cannot (?:be )?(?:determine|assess|answer|say)|"
@@ -209,7 +175,7 @@ async def run(case: Case, panel: Panel, settings: SpecialistSettings) -> Outcome
         transcript.add("turn", exc.last_text, speaker=seat, role=case.target_role, model=model.id, phase="answer",
                        data={"format_ok": False, "error": exc.problem})
     sentences = count_sentences(said)
-    answer = first_sentences(said) if settings.sentence_limit == "trim" else said
+    answer = first_sentences(said, MAX_SENTENCES)[0] if settings.sentence_limit == "trim" else said
     trimmed = answer != said
     data = {
         "qa_type": case.metadata.get("qa_type"), "target_role": case.target_role, "question": case.question,
