@@ -143,3 +143,11 @@ def test_one_item_of_a_named_dataset(shared_data):
     assert by_index.id == by_id.id == "medqa-2"
     with pytest.raises(UsageError, match="has no item 'nope'"):
         load_dataset("medqa:nope")
+
+
+def test_counts_get_a_t_interval_even_when_they_are_all_ones():
+    from medpanel.runs.summary import mean_interval
+
+    assert mean_interval([1.0, 1.0, 0.0, 1.0])["method"] == "wilson"  # a proportion
+    counted = mean_interval([1.0, 1.0, 1.0], count=True)  # three consults of one turn each
+    assert counted["method"] == "t" and counted["low"] == counted["high"] == 1.0  # no spread, no width

@@ -8,12 +8,17 @@ from medpanel.runs.stats import mean_t_interval, wilson
 from medpanel.runs.store import Store
 
 
-def mean_interval(values: list[float], confidence: float = 0.95) -> dict:
-    """Mean with its interval: Wilson for 0/1 scores (honest near 0 and 1), Student t otherwise.
+# Scores that count things (turns, rounds, codes). A column of them can happen to be all 0s and 1s,
+# and must still get a t-interval: Wilson's interval is for proportions only.
+COUNT_SCORES = frozenset({"turns", "rounds", "rounds_used", "shifts", "stance_shifts", "questions", "n_predicted", "exchanges"})
+
+
+def mean_interval(values: list[float], confidence: float = 0.95, *, count: bool = False) -> dict:
+    """Mean with its interval: Wilson for 0/1 scores (honest near 0 and 1), Student t otherwise or for counts.
 
     The maths lives in medpanel.runs.stats; this keeps the small dict shape the summaries print.
     """
-    if values and all(v in (0.0, 1.0) for v in values):
+    if values and not count and all(v in (0.0, 1.0) for v in values):
         interval = wilson(int(sum(values)), len(values), confidence)
     else:
         interval = mean_t_interval(values, confidence)
@@ -46,7 +51,7 @@ def summarize(store: Store, run_id: str) -> dict:
         "models": run["models"],
         "items": {"done": len(done), "failed": len(failed), "expected": expected},
         "failures_by_kind": dict(errors),
-        "scores": {name: mean_interval(vals) for name, vals in sorted(by_score.items())},
+        "scores": {name: mean_interval(vals, count=name in COUNT_SCORES) for name, vals in sorted(by_score.items())},
         "tokens": {"input": sum(i["input_tokens"] for i in items), "output": sum(i["output_tokens"] for i in items)},
         "cost_usd": round(sum(i["cost_usd"] for i in items), 6),
         "cost_per_item_usd": round(sum(i["cost_usd"] for i in done) / n_done, 8),
@@ -76,4 +81,5 @@ def breakdown(store: Store, run_id: str, key: str) -> dict[str, dict[str, dict]]
         if data is None or row["value"] is None:
             continue
         groups[str(data.get(key, "(none)"))][row["name"]].append(row["value"])
-    return {group: {name: mean_interval(values) for name, values in sorted(scores.items())} for group, scores in sorted(groups.items())}
+    return {group: {name: mean_interval(values, count=name in COUNT_SCORES) for name, values in sorted(scores.items())}
+            for group, scores in sorted(groups.items())}
