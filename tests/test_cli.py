@@ -82,3 +82,10 @@ def test_human_answers_at_the_terminal(cli_env):
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
+
+
+def test_a_bad_record_in_a_jsonl_of_cases_names_its_line(cli_env, tmp_path):
+    bad = tmp_path / "cases.jsonl"
+    bad.write_text('{"id": "ok", "question": "Q?", "options": {"A": "x"}}\n{"id": "bad", "options": "not a mapping"}\n')
+    proc = run(["bench", str(bad), "-m", "scripted:Answer: A"], cli_env, check=False)
+    assert proc.returncode == 2 and "record 2 is not a valid case" in proc.stderr and "Traceback" not in proc.stderr

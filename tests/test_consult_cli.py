@@ -35,12 +35,14 @@ def medpanel(args, env):
     return subprocess.run([MEDPANEL, *args], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
-def answer(child, prompt: str, text: str) -> None:
-    """Wait for a field's prompt, type the answer, and end it with an empty line, as the terminal asks."""
+def answer(child, prompt: str, text: str, *, free_text: bool = False) -> None:
+    """Wait for the prompt and type the answer as the terminal asks: one line for a form field; for free
+    text, lines ended by an empty line."""
     child.expect(prompt)
     child.expect("> ")
     child.sendline(text)
-    child.sendline("")
+    if free_text:
+        child.sendline("")
 
 
 def test_a_physician_consults_at_the_terminal(cli_env, tmp_path):
@@ -90,7 +92,7 @@ def test_an_assistant_answers_at_the_terminal(cli_env, tmp_path):
     child.expect("Urinalysis: 80 leukocytes per field")  # the assistant is shown the note
     child.expect("Your turn as Assistant")
     child.expect("What did the urinalysis show")
-    answer(child, "type your answer", "80 leukocytes per field and positive nitrites.")
+    answer(child, "type your answer", "80 leukocytes per field and positive nitrites.", free_text=True)
     child.expect(f"Diagnosis{STYLE}: Acute pyelonephritis")
     child.expect(pexpect.EOF)
     child.close()

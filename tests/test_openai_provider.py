@@ -300,3 +300,27 @@ async def test_build_model_through_registry(srv, make):
         assert (await model.complete("via the registry")).text == "via the registry"
     finally:
         await model.aclose()
+
+
+async def test_reasoning_models_get_max_completion_tokens_and_no_temperature(srv, make):
+    await make("o3-mini").complete("hello", max_tokens=77, temperature=0.0)
+    sent = srv.last_request
+    assert sent["max_completion_tokens"] == 77 and "max_tokens" not in sent and "temperature" not in sent
+
+
+async def test_the_same_model_name_on_two_servers_is_cached_apart(srv):
+    from medpanel.runs.store import Store
+
+    import tempfile
+    from pathlib import Path
+
+    store = Store(Path(tempfile.mkdtemp()) / "c.db")
+    a = OpenAIModel("m", base_url=srv.base_url, api_key="x", runtime=Runtime(cache=store))
+    b = OpenAIModel("m", base_url=srv.base_url.replace("127.0.0.1", "localhost"), api_key="x", runtime=Runtime(cache=store))
+    from medpanel.models.base import Request
+    from medpanel.models.messages import Message
+
+    request = Request(messages=[Message(role="user", content="hi")])
+    assert a.cache_key(request) != b.cache_key(request)
+    await a.aclose()
+    await b.aclose()

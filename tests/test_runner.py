@@ -151,3 +151,43 @@ def test_counts_get_a_t_interval_even_when_they_are_all_ones():
     assert mean_interval([1.0, 1.0, 0.0, 1.0])["method"] == "wilson"  # a proportion
     counted = mean_interval([1.0, 1.0, 1.0], count=True)  # three consults of one turn each
     assert counted["method"] == "t" and counted["low"] == counted["high"] == 1.0  # no spread, no width
+
+
+async def test_sampled_repeats_are_distinct_draws_and_greedy_repeats_share_the_cache(store):
+    import itertools
+
+    draws = itertools.count()
+    runtime = Runtime(cache=store)
+    model = ScriptedModel(responder=lambda r: f"Answer: {'AB'[next(draws) % 2]}", cacheable=True, runtime=runtime)
+    sampled = await run_benchmark(store, config(repeats=3, concurrency=1, settings={"temperature": 0.9}), runtime,
+                                  panel=Panel.of([model]), cases=mcq(2))
+    assert store.call_counts(sampled.run_id) == {"calls": 6, "cached_calls": 0}  # 2 items x 3 repeats, all drawn
+    greedy = await run_benchmark(store, config(repeats=3, concurrency=1), runtime, panel=Panel.of([model]), cases=mcq(2))
+    assert store.call_counts(greedy.run_id) == {"calls": 2, "cached_calls": 4}  # greedy decoding repeats itself
+
+
+async def test_a_failed_item_still_records_what_it_spent(store, tmp_path):
+    from pydantic import BaseModel as Schema
+
+    from medpanel.models.pricing import PriceTable
+
+    class Letter(Schema):
+        letter: str
+
+    async def never_valid(case, panel, settings):
+        _, model = panel.first()
+        await model.complete("pick", schema=Letter)  # three replies, none valid: StructuredOutputError
+        raise AssertionError("unreachable")
+
+    from medpanel.protocols.base import ProtocolSpec
+    from medpanel.protocols.single import SingleSettings
+
+    spec = ProtocolSpec(name="never", run=never_valid, settings=SingleSettings, score=lambda c, o: {}, description="")
+    runtime = Runtime(cache=store, max_reasks=2, prices=PriceTable({"fake": (1.0, 1.0)}))
+    panel = Panel.of([ScriptedModel(responder=lambda r: "not json at all", runtime=runtime)])
+    result = await run_benchmark(store, config(), runtime, protocol=spec, panel=panel, cases=mcq(1))
+    (item,) = store.items(result.run_id)
+    assert item["status"] == "failed" and item["error_kind"] == "invalid_output"
+    # 3 attempts; each: 1 prompt word + re-ask text in, 4 words out, at $1 per 1K tokens either way.
+    assert item["calls"] == 3 and item["output_tokens"] == 12
+    assert item["cost_usd"] == pytest.approx((item["input_tokens"] + item["output_tokens"]) / 1000)

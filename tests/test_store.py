@@ -80,3 +80,13 @@ def test_a_store_from_an_older_version_is_migrated_forward(tmp_path):
     assert store.migrations() == [name for name, _ in MIGRATIONS]
     store.log_call("k2", "m", False, None, error="boom")
     assert [r["error"] for r in store.call_log()] == [None, "boom"]
+
+
+def test_an_exact_run_id_wins_over_longer_ids_that_start_with_it(store):
+    store.create_run("always-b", dataset="d", protocol="p", models=[], settings={})
+    store.create_run("always-b-v2", dataset="d", protocol="p", models=[], settings={})
+    store.create_run("a_x", dataset="d", protocol="p", models=[], settings={})
+    assert store.resolve_run_id("always-b") == "always-b"
+    assert store.resolve_run_id("always-b-") == "always-b-v2"
+    with pytest.raises(UsageError, match="No run matches"):
+        store.resolve_run_id("a%")  # '%' is no wildcard

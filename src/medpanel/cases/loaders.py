@@ -47,7 +47,7 @@ def load_case(path: str | Path) -> Case:
     """Read one case from a YAML or JSON file (or a folder holding case.yaml). Slide image paths are relative to the file."""
     file = Path(path)
     if file.is_dir():
-        candidates = [file / n for n in ("case.yaml", "case.yml", "case.json") if (file / n).exists()]
+        candidates = [file / n for n in CASE_FILES if (file / n).exists()]
         if not candidates:
             raise UsageError(f"Folder {file} has no case.yaml or case.json.", "Point at a case file, or add case.yaml to the folder.")
         file = candidates[0]
@@ -85,6 +85,8 @@ def load_medqa_file(path: Path) -> Iterator[Case]:
     """MedQA as released by medagents-benchmark: question, options {A..E}, answer_idx."""
     for i, row in enumerate(_jsonl(path)):
         idx = row.get("realidx", i)
+        if not isinstance(row.get("question"), str) or not isinstance(row.get("options"), dict):
+            raise UsageError(f"{path}: record {i + 1} has no question text or options mapping.", "Use the MedQA JSONL as released.")
         yield Case(
             id=f"medqa-{idx}",
             source=path.name,
@@ -95,10 +97,23 @@ def load_medqa_file(path: Path) -> Iterator[Case]:
         )
 
 
+def _case_records(path: Path) -> Iterator[Case]:
+    """A JSONL file of Case records, one per line; a bad record names its line."""
+    for line_no, row in enumerate(_jsonl(path), 1):
+        try:
+            yield Case.model_validate(row)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
+            raise UsageError(f"{path}: record {line_no} is not a valid case ({problems}).", "See examples/ for the case fields.") from None
+
+
+CASE_FILES = ("case.yaml", "case.yml", "case.json")
+
+
 def _case_file_dataset(path: Path) -> Iterator[Case]:
     if path.is_dir():
         for child in sorted(path.iterdir()):
-            if child.suffix in (".yaml", ".yml", ".json") or (child / "case.yaml").exists():
+            if child.suffix in (".yaml", ".yml", ".json") or any((child / name).exists() for name in CASE_FILES):
                 yield load_case(child)
     else:
         yield load_case(path)
@@ -178,7 +193,7 @@ def load_dataset(name: str, limit: int | None = None) -> list[Case]:
 
             cases = load_otb_records(path)
         elif path.suffix == ".jsonl":
-            cases = (Case.model_validate(row) for row in _jsonl(path))
+            cases = _case_records(path)
         else:
             cases = _case_file_dataset(path)
     out: list[Case] = []

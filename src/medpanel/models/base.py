@@ -123,9 +123,15 @@ class Model(ABC):
         )
         started = time.perf_counter()
         reply = None
+        spent = Usage()
+        cost = 0.0
         for reask in range(self.runtime.max_reasks + 1 if spec else 1):
             reply = await self._complete_once(request, sample_index)
             reply.reasks = reask
+            # The reply carries what every attempt cost, re-asks included, not just the last one.
+            spent = Usage(input_tokens=spent.input_tokens + reply.usage.input_tokens, output_tokens=spent.output_tokens + reply.usage.output_tokens)
+            cost += reply.cost_usd
+            reply.usage, reply.cost_usd = spent, cost
             if spec is None:
                 break
             try:
@@ -151,17 +157,24 @@ class Model(ABC):
         reply.latency_s = time.perf_counter() - started
         return reply
 
+    def cache_identity(self) -> dict:
+        """What, besides the request, decides this model's answer. Providers add their server and modes."""
+        return {"model": self.id}
+
     def cache_key(self, request: Request, sample_index: int = 0) -> str:
+        scope = call_scope.get()
+        repeat = scope[2] if scope else 0
         body = {
-            "model": self.id,
+            **self.cache_identity(),
             "messages": [
                 {"role": m.role, "content": m.content, "images": [img.fingerprint() for img in m.images]}
                 for m in request.messages
             ],
             "schema": request.schema,
             "options": {k: getattr(request, k) for k in SEMANTIC_OPTIONS},
-            # Greedy decoding is repeatable; sampled calls are distinct draws, told apart by their index.
-            "sample": sample_index if request.temperature > 0 else 0,
+            # Greedy decoding is repeatable; sampled calls are distinct draws, told apart by their index and
+            # by the run's repeat number (repeat r of an item must not reuse repeat 0's draw).
+            "sample": (sample_index if repeat == 0 else [repeat, sample_index]) if request.temperature > 0 else 0,
         }
         return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -212,7 +225,7 @@ class Model(ABC):
                 call_scope.get(),
             )
         elif key is not None:  # every call is logged, cacheable or not, so a run can count what it spent
-            rt.cache.log_call(key, self.id, False, call_scope.get())
+            rt.cache.log_call(key, self.id, False, call_scope.get(), usage=(gen.usage.input_tokens, gen.usage.output_tokens, cost))
         return Reply(
             text=gen.text,
             usage=gen.usage,

@@ -28,6 +28,12 @@ class TerminalIO:
         self.stdout.write(text + "\n")
         self.stdout.flush()
 
+    def ask_line(self, prompt: str) -> str:
+        """One line: for a form field, where Enter ends the answer."""
+        self.stdout.write(prompt)
+        self.stdout.flush()
+        return self.stdin.readline().rstrip("\n")
+
     def ask(self, prompt: str) -> str:
         self.stdout.write(prompt)
         self.stdout.flush()
@@ -87,7 +93,7 @@ class HumanModel(Model):
             kind = prop.get("type")
             hint = f" (one of: {', '.join(map(str, prop['enum']))})" if "enum" in prop else ""
             hint += " (comma-separated)" if kind == "array" else ""
-            raw = self.io.ask(f"{prop.get('title', name)}{hint}:\n> ").strip()
+            raw = self.io.ask_line(f"{prop.get('title', name)}{hint} (one line):\n> ").strip()
             if kind == "array":
                 answers[name] = [part.strip() for part in raw.split(",") if part.strip()]
             elif kind in ("integer", "number"):

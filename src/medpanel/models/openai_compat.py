@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import time
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -87,6 +88,11 @@ def _server_message(exc: openai.APIStatusError) -> str:
     return exc.message or ""
 
 
+def _reasoning_model(name: str) -> bool:
+    """OpenAI's o-series (o1, o3, o4-mini, ...): they refuse max_tokens and a temperature other than 1."""
+    return bool(re.match(r"^o\d", name.rsplit("/", 1)[-1]))
+
+
 def _refused(exc: BaseException) -> bool:
     seen: BaseException | None = exc
     for _ in range(8):  # walk a bounded cause chain
@@ -159,6 +165,10 @@ class OpenAIModel(Model):
             runtime.prices.prices[spec.name] = (price_in, price_out)
         return cls(spec.name, base_url=spec.base_url, api_key=api_key, vision=vision, json_mode=json_mode, runtime=runtime, **kwargs)
 
+    def cache_identity(self) -> dict:
+        # The same model name on two servers (or two quantisations) are different models.
+        return {"model": self.id, "base_url": self.base_url, "json_mode": self.json_mode, "vision": self.supports_vision}
+
     # ------------------------------------------------------------------ client
 
     def _client(self) -> AsyncOpenAI:
@@ -212,12 +222,12 @@ class OpenAIModel(Model):
         return {"type": "json_schema", "json_schema": {"name": request.schema_name, "schema": request.schema, "strict": False}}
 
     def request_args(self, request: Request) -> dict:
-        args: dict[str, Any] = {
-            "model": self.name,
-            "messages": self.wire_messages(request),
-            "temperature": request.temperature,
-            "max_tokens": request.max_tokens,
-        }
+        args: dict[str, Any] = {"model": self.name, "messages": self.wire_messages(request)}
+        if _reasoning_model(self.name):
+            # OpenAI's reasoning models take max_completion_tokens and only their default temperature.
+            args["max_completion_tokens"] = request.max_tokens
+        else:
+            args |= {"temperature": request.temperature, "max_tokens": request.max_tokens}
         for key in ("top_p", "seed", "stop", "frequency_penalty", "presence_penalty"):
             value = getattr(request, key)
             if value is not None:

@@ -23,11 +23,12 @@ class CallCache(Protocol):
     def put_call(self, key: str, record: dict[str, Any], scope: tuple[str, str, int] | None = None) -> None:
         """Store a finished call and log it as made (not cached) for `scope`."""
 
-    def log_call(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None) -> None: ...
+    def log_call(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
+                 usage: tuple[int, int, float] = (0, 0, 0.0)) -> None: ...
 
 
-# The (run, item, repeat) a call belongs to, set by the runner around each item; used only to attribute
-# calls in the log, never to change what a call does.
+# The (run, item, repeat) a call belongs to, set by the runner around each item. It attributes calls in
+# the log, and keys sampled calls of different repeats apart in the cache; it never changes a request.
 call_scope: contextvars.ContextVar[tuple[str, str, int] | None] = contextvars.ContextVar("call_scope", default=None)
 
 

@@ -148,6 +148,14 @@ async def run(case: Case, panel: Panel, settings: LiveBoardSettings) -> Outcome:
     if unknown_humans:
         raise UsageError(f"{', '.join(unknown_humans)} has both a model (--seat) and a person (--human).", "Give each seat one occupant.")
     meeting = Meeting(case, panel, settings)
+    try:
+        return await _hold(meeting, case, settings)
+    finally:  # seats built for this meeting (their own models) hold connections: release them
+        for model in set(meeting.models.values()) - set(panel.seats.values()):
+            await model.aclose()
+
+
+async def _hold(meeting: "Meeting", case: Case, settings: LiveBoardSettings) -> Outcome:
 
     # Opening: present the case and choose who speaks.
     catalogue = ", ".join(dict.fromkeys(CATALOGUE + settings.roles + settings.humans))

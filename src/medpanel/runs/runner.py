@@ -173,6 +173,9 @@ async def run_benchmark(
     except (asyncio.CancelledError, KeyboardInterrupt):
         status = "interrupted"
         raise
+    except Exception as exc:  # the store or a hook broke: the run is not done, say so and why
+        status, error = "failed", exc
+        raise
     finally:
         for task in workers:
             task.cancel()

@@ -90,6 +90,16 @@ MIGRATIONS: list[tuple[str, str]] = [
         "0002_call_log_error",
         "ALTER TABLE call_log ADD COLUMN error TEXT",
     ),
+    (
+        # The call log becomes the ledger of what each item spent: every made call's tokens and dollars,
+        # so failed items, re-asks and judge calls are all counted.
+        "0003_call_log_usage",
+        """
+        ALTER TABLE call_log ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE call_log ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE call_log ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0
+        """,
+    ),
 ]
 
 
@@ -169,16 +179,28 @@ class Store:
         run_id, item_id, repeat = scope or (None, None, None)
         now = time.time()
         model = record.get("model", "")
+        usage = record.get("usage") or {}
         self._write([
             ("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)", (key, model, json.dumps(record), now)),
-            ("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error) VALUES (?, ?, 0, ?, ?, ?, ?, NULL)",
-             (key, model, run_id, item_id, repeat, now)),
+            ("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd) "
+             "VALUES (?, ?, 0, ?, ?, ?, ?, NULL, ?, ?, ?)",
+             (key, model, run_id, item_id, repeat, now, int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)),
+              float(record.get("cost_usd", 0.0)))),
         ])
 
-    def log_call(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None) -> None:
+    def log_call(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
+                 usage: tuple[int, int, float] = (0, 0, 0.0)) -> None:
+        """Log a call: served from the cache, failed, or made without caching (usage = tokens in, out, dollars)."""
         run_id, item_id, repeat = scope or (None, None, None)
-        self._write([("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                      (key, model, int(cached), run_id, item_id, repeat, time.time(), error))])
+        self._write([("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd) "
+                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      (key, model, int(cached), run_id, item_id, repeat, time.time(), error, *usage))])
+
+    def item_spend(self, run_id: str, item_id: str, repeat: int) -> dict[str, float]:
+        """Tokens and dollars of the calls an item made (cache hits cost nothing), from the call log."""
+        row = self._query("SELECT COALESCE(SUM(input_tokens), 0) AS i, COALESCE(SUM(output_tokens), 0) AS o, COALESCE(SUM(cost_usd), 0) AS c "
+                          "FROM call_log WHERE run_id = ? AND item_id = ? AND repeat = ? AND cached = 0", (run_id, item_id, repeat))[0]
+        return {"input_tokens": row["i"], "output_tokens": row["o"], "cost_usd": row["c"]}
 
     def call_counts(self, run_id: str, item_id: str | None = None, repeat: int | None = None) -> dict[str, int]:
         sql = "SELECT cached, COUNT(*) AS n FROM call_log WHERE run_id = ?"
@@ -244,8 +266,10 @@ class Store:
         """Accept a full run id, a unique prefix, or 'last'."""
         if prefix == "last":
             rows = self._query("SELECT id FROM runs ORDER BY created_at DESC LIMIT 1")
-        else:
-            rows = self._query("SELECT id FROM runs WHERE id LIKE ? ORDER BY created_at DESC", (prefix.replace("%", "") + "%",))
+        elif self._query("SELECT id FROM runs WHERE id = ?", (prefix,)):
+            return prefix  # an exact id wins even when longer ids start with it
+        else:  # substr, not LIKE: '_' and '%' in ids are ordinary characters
+            rows = self._query("SELECT id FROM runs WHERE substr(id, 1, ?) = ? ORDER BY created_at DESC", (len(prefix), prefix))
         if not rows:
             raise UsageError(f"No run matches '{prefix}' in {self.path}.", "List runs with `medpanel runs` (or check --store).")
         if len(rows) > 1 and rows[0]["id"] != prefix:
@@ -272,9 +296,14 @@ class Store:
         started_at: float,
         totals: dict[str, float] | None = None,
     ) -> None:
-        """Record one finished (or failed) item with its transcript and scores, all or nothing."""
-        totals = totals or {}
+        """Record one finished (or failed) item with its transcript and scores, all or nothing.
+
+        Its tokens and dollars come from the call log (every call it made, failed or re-asked ones too);
+        `totals` is used only for an item whose calls were not logged here.
+        """
         counts = self.call_counts(run_id, item_id, repeat)
+        logged = self.item_spend(run_id, item_id, repeat)
+        totals = logged if counts["calls"] or not totals else totals
         key = (run_id, item_id, repeat)
         statements: list[tuple[str, tuple]] = [
             ("DELETE FROM events WHERE run_id = ? AND item_id = ? AND repeat = ?", key),
