@@ -105,7 +105,7 @@ async def test_reaching_the_turn_bound_is_an_unfinished_consult():
     assert outcome.transcript.events[-1].kind == "note" and "bound of 5 turns" in outcome.transcript.events[-1].text
     # The physician was told how many turns were left; on its last turn, plainly.
     assert "(4 turns left" not in contents(physician.history[0]) and "(5 turns left" in contents(physician.history[0])
-    assert "This is your last turn" in contents(physician.history[2])
+    assert "Submit now: a question now leaves no turn" in contents(physician.history[2])
 
     scores = score(make_case(), outcome)
     assert scores["finished"] == 0.0 and scores["turns"] == 5.0

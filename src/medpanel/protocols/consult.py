@@ -21,6 +21,8 @@ Baselines: the physician alone writes the discharge from the chief complaint ("b
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
@@ -100,8 +102,19 @@ class Discharge(BaseModel):
             return value
         out: list[Any] = []
         for item in value:
-            found = parse_codes(item) if isinstance(item, str) else []
-            out.extend(found or [item])
+            if not isinstance(item, str):
+                out.append(item)
+                continue
+            # Each code is followed by an optional description: keep codes, never code-like words of the
+            # description ("D51.0 (vitamin B12 deficiency anemia)" is D51.0, not D51.0 and B12).
+            for part in re.split(r"[,;]", item):
+                found = []
+                for token in part.split("(")[0].split():  # the leading run of codes, up to the first word
+                    if parse_codes(token) != [token.upper().rstrip(".")]:
+                        break
+                    found.append(parse_codes(token)[0])
+                found = found or parse_codes(part)[:1]
+                out.extend(found or ([part.strip()] if part.strip() else []))
         return out
 
 
@@ -166,8 +179,8 @@ def opening_prompt(case: Case, turns_left: int) -> str:
 def followup_prompt(answer: str, turns_left: int, may_submit: bool) -> str:
     if not may_submit:
         choice = "Ask one short question."
-    elif turns_left == 1:  # told plainly, as a person would be; the physician may still ignore it
-        choice = "This is your last turn: submit now, or the consult ends without a discharge."
+    elif turns_left <= 2:  # the assistant's answer would take the last turn: a question now leaves none for the discharge
+        choice = "Submit now: a question now leaves no turn for the discharge, and the consult would end without one."
     else:
         choice = "Ask one short question, or submit when you know enough to write the discharge."
     return f"Assistant: {answer}\n\n({_turns(turns_left)}.) {choice}"

@@ -32,7 +32,7 @@ async def run(case: Case, panel: Panel, settings: SingleSettings) -> Outcome:
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,
     )
-    choice = parse_choice(reply.text, list(case.options))
+    choice = parse_choice(reply.text, case.options)  # with option texts, as the debate and vote read it
     transcript = Transcript()
     transcript.add_reply(reply, speaker=seat, role="answerer", phase="answer", data={"choice": choice})
     transcript.add("decision", choice or "", data={"choice": choice, "parsed": choice is not None})

@@ -96,6 +96,8 @@ _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*|\s*```\s*$")
 def answer_text(raw: str) -> str:
     """The answer in a raw reply, read leniently: think block and code fence removed, then the
     'answer' of a JSON object if there is one, else the text itself."""
+    if re.match(r"^\s*<think>", raw or "") and "</think>" not in raw:
+        return ""  # cut off while still thinking: no answer, a format failure (never the reasoning graded as one)
     body = _FENCE.sub("", _THINK.sub("", raw or "")).strip()
     start = body.find("{")
     if start >= 0:

@@ -123,9 +123,10 @@ def numbered(items: list[str]) -> str:
 
 @cache
 def number_list_schema(name: str, field: str, total: int) -> type[BaseModel]:
-    """{field: [numbers]}, each number an item from 1 to `total`, at most `total` of them."""
+    """{field: [numbers]}, each number an item from 1 to `total`. Repeats are tolerated (valid_numbers
+    counts each once); the list is still bounded, so a small model's output cannot run on."""
     item = Annotated[int, Field(ge=1, le=max(total, 1))]
-    return create_model(name, **{field: (list[item], Field(max_length=total))})
+    return create_model(name, **{field: (list[item], Field(max_length=3 * max(total, 1)))})
 
 
 @cache
