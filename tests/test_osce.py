@@ -295,7 +295,7 @@ async def test_the_judge_counts_become_the_four_metrics():
     assert captures[0].schema["properties"]["captured"]["maxItems"] == 18  # 3 x 6 details: repeats tolerated, the list still bounded
     capture_prompt = captures[0].messages[-1].content
     assert "\n".join(f"{i}. {d}" for i, d in enumerate(DETAILS, 1)) in capture_prompt
-    assert "- Hello doctor.\n- I am very thirsty." in capture_prompt  # every patient statement, the opening included
+    assert "- I am very thirsty." in capture_prompt and "Hello doctor." not in capture_prompt  # what questions drew out; not the opening
     match_prompt = next(r for r in graded.history if r.schema_name == "DiagnosisMatch").messages[-1].content
     assert "GOLD DIAGNOSIS:\n<<<\nPancreatic cancer\n>>>" in match_prompt
     assert "PANEL'S FULL LIST (primary first, then differentials):\n<<<\n1. Pancreatic cancer\n2. Type 2 diabetes\n>>>" in match_prompt

@@ -37,8 +37,13 @@ def get_protocol(name: str) -> ProtocolSpec:
     return getattr(importlib.import_module(module), attr or "SPEC")
 
 
+def expands_cases(name: str) -> bool:
+    """Whether the protocol turns one case into several items (so --limit does not count items)."""
+    return name in PROTOCOLS and get_protocol(name).expand is not None
+
+
 def protocol_names() -> list[str]:
     return list(PROTOCOLS)
 
 
-__all__ = ["Outcome", "Panel", "ProtocolSpec", "get_protocol", "protocol_names", "PROTOCOLS"]
+__all__ = ["Outcome", "Panel", "ProtocolSpec", "expands_cases", "get_protocol", "protocol_names", "PROTOCOLS"]

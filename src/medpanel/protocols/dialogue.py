@@ -353,7 +353,9 @@ class Consultation:
     async def evaluate(self, diagnosis: dict[str, Any]) -> dict[str, Any]:
         s = self.settings
         details = patient_details(self.osce["patient_actor"])
-        statements = [words for who, words in self.dialogue if who == "Patient"]
+        # PICR counts what the doctors' questions drew out: the patient's unprompted opening is not theirs.
+        first_question = next((i for i, (who, _) in enumerate(self.dialogue) if who == "Doctor"), len(self.dialogue))
+        statements = [words for who, words in self.dialogue[first_question:] if who == "Patient"]
         gold = self.case.reference.answer_text
         own_set = [str(d) for d in self.osce.get("acceptable_diagnoses") or [] if str(d).strip()]
         acceptable = own_set or ([gold] if gold else [])
@@ -385,7 +387,9 @@ class Consultation:
         metrics = osce_metrics(counts)
         self.rec.add("score", " · ".join(f"{k.upper()} {'n/a' if v is None else f'{v:.2f}'}" for k, v in metrics.items()),
                      speaker="Judge", phase="evaluation", data={"metrics": metrics})
-        return {"judged": counts.model_dump(), "checklist": details, "captured": sorted(captured), "relevant": sorted(relevant)}
+        # The judge's id travels with its counts: runs graded by different judges are not comparable.
+        return {"judged": counts.model_dump(), "judge": self.judge.id, "checklist": details, "captured": sorted(captured),
+                "relevant": sorted(relevant)}
 
 
 # ---------------------------------------------------------------- the protocol

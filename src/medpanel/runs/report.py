@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from medpanel.errors import MissingExtraError, UsageError
+from medpanel.protocols import expands_cases
 from medpanel.runs import stats
 from medpanel.runs.store import Store
 
@@ -123,7 +124,8 @@ def run_report(data: RunData, confidence: float) -> dict:
         "models": data.run["models"],
         "repeats": declared or len({i["repeat"] for i in items}) or 1,
         "items": {"recorded": len(items), "done": n_done, "failed": len(failed),
-                  "expected": limit * (declared or 1) if isinstance(limit, int) else None},
+                  # --limit counts cases; a protocol that expands a case into several items makes that no item count.
+                  "expected": limit * (declared or 1) if isinstance(limit, int) and not expands_cases(data.run["protocol"]) else None},
         "failures": {
             "by_kind": dict(sorted(by_kind.items())),
             "items": [{"item": i["item_id"], "repeat": i["repeat"], "kind": i["error_kind"] or "error",
@@ -352,3 +354,4 @@ def write_report(report: dict, out_dir: Path, *, plot: bool = True) -> dict:
     Path(files["markdown"]).write_text(render_markdown(report))
     Path(files["json"]).write_text(json.dumps(report, indent=2, allow_nan=False))
     return report
+

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from medpanel.protocols import expands_cases
 from medpanel.runs.stats import mean_t_interval, wilson
 from medpanel.runs.store import Store
 
@@ -37,7 +38,7 @@ def summarize(store: Store, run_id: str) -> dict:
     done = [i for i in items if i["status"] == "done"]
     failed = [i for i in items if i["status"] == "failed"]
     expected = None
-    if config.get("limit") is not None:
+    if config.get("limit") is not None and not expands_cases(run["protocol"]):  # --limit counts cases, not expanded items
         expected = config["limit"] * config.get("repeats", 1)
     errors: dict[str, int] = defaultdict(int)
     for i in failed:
