@@ -238,3 +238,24 @@ async def test_summarize_debate_prompts_with_outline_and_excerpts():
     user = request.messages[1].content
     assert "Stance shifts: GPT: A → B (round 1)" in user
     assert "[debate r1] GPT: Qwen's argument on renal function convinces me: B." in user
+
+
+async def test_a_failing_seat_is_named_and_its_siblings_are_awaited():
+    import asyncio
+
+    from medpanel.errors import ModelCallError
+    from medpanel.protocols.base import gather_seats
+
+    finished = []
+
+    async def slow_ok():
+        await asyncio.sleep(0.01)
+        finished.append("ok")
+        return "fine"
+
+    async def broken():
+        raise ModelCallError("server said no", kind="bad_request")
+
+    with pytest.raises(ModelCallError, match="Seat 'B' failed answering: server said no") as info:
+        await gather_seats([slow_ok(), broken()], ["A", "B"], "answering")
+    assert finished == ["ok"] and info.value.kind == "bad_request"  # A was not left running

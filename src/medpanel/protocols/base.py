@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from pydantic import BaseModel, Field
 
 from medpanel.cases.model import Case
-from medpanel.errors import UsageError
+from medpanel.errors import BudgetExceeded, ModelCallError, UsageError
 from medpanel.models.base import Model
 from medpanel.transcript import Transcript
 
@@ -46,6 +47,22 @@ class Panel:
 
     def __len__(self) -> int:
         return len(self.seats)
+
+
+async def gather_seats(calls: list[Awaitable[Any]], seats: list[str], where: str) -> list[Any]:
+    """Await parallel calls of several seats. Every call is awaited even when one fails (nothing is left
+    running or spending); then a budget stop passes through, or the first failure is raised naming its seat."""
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    failures = [(seat, r) for seat, r in zip(seats, results, strict=True) if isinstance(r, BaseException)]
+    budget = next((exc for _, exc in failures if isinstance(exc, BudgetExceeded)), None)
+    if budget is not None:
+        raise budget
+    if failures:
+        seat, exc = failures[0]
+        if isinstance(exc, ModelCallError):
+            raise ModelCallError(f"Seat '{seat}' failed {where}: {exc.problem}", exc.fix, kind=exc.kind, model=exc.model) from exc
+        raise exc
+    return results
 
 
 ProtocolFn = Callable[[Case, Panel, Any], Awaitable[Outcome]]

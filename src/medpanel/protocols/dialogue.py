@@ -38,7 +38,7 @@ from medpanel.cases.model import Case
 from medpanel.errors import UsageError
 from medpanel.models import build_model
 from medpanel.models.base import Model, Reply
-from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
+from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, gather_seats
 from medpanel.protocols.longform import (
     DebateSettings,
     Deliberation,
@@ -256,9 +256,9 @@ class Consultation:
         task = (f"CONSULTATION SO FAR:\n{self.dialogue_text()}\n\n"
                 f"TASK: decide the next questions (at most {s.max_questions}) to ask this patient.")
         tag = {"exchange": exchange, "step": step}
-        replies = await asyncio.gather(*(
+        replies = await gather_seats([
             self.ask(m, PROPOSE_SYSTEM.format(seat=seat, n=s.max_questions), task, schema=proposal_schema, max_tokens=s.max_tokens)
-            for seat, m in self.doctors.items()))
+            for seat, m in self.doctors.items()], list(self.doctors), "proposing questions")
         drafts: dict[str, str] = {}
         proposed: dict[str, list[str]] = {}
         for seat, reply in zip(self.doctors, replies):
@@ -303,8 +303,8 @@ class Consultation:
         opinion_schema, judgement_schema = diagnosis_schemas(s.max_differentials)
         task = f"CONSULTATION:\n{self.dialogue_text()}{self.findings()}"
         systems = {seat: DIAGNOSE_SYSTEM.format(seat=seat, k=s.max_differentials) for seat in self.doctors}
-        replies = await asyncio.gather(*(self.ask(m, systems[seat], task, schema=opinion_schema, max_tokens=s.max_tokens)
-                                         for seat, m in self.doctors.items()))
+        replies = await gather_seats([self.ask(m, systems[seat], task, schema=opinion_schema, max_tokens=s.max_tokens)
+                                      for seat, m in self.doctors.items()], list(self.doctors), "diagnosing")
         opinions = self._record_opinions(replies, round_=0, phase="diagnosis")
         judgement: Any = None
         rnd = 0
@@ -320,11 +320,11 @@ class Consultation:
                            data={"same": judgement.same, "primary_diagnosis": judgement.diagnosis, "differentials": list(judgement.differentials)})
             if judgement.same or rnd == s.max_diagnosis_rounds:
                 break
-            replies = await asyncio.gather(*(
+            replies = await gather_seats([
                 self.ask(m, systems[seat], task + "\n\n" + RECONSIDER.format(
                     views="\n".join(f"- {other}: {opinion_text(o)}" for other, o in opinions.items() if other != seat),
                     own=opinion_text(opinions[seat])), schema=opinion_schema, max_tokens=s.max_tokens)
-                for seat, m in self.doctors.items()))
+                for seat, m in self.doctors.items()], list(self.doctors), f"reconsidering in round {rnd + 1}")
             opinions = self._record_opinions(replies, round_=rnd + 1, phase="diagnosis-debate")
 
         if judgement is None:  # one doctor: its view is the panel's

@@ -24,7 +24,6 @@ fourth dimension (readability) and revises question lists instead of answers.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from medpanel.cases.model import Case
 from medpanel.errors import UsageError
 from medpanel.models.base import Model, Reply
-from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
+from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, gather_seats
 from medpanel.scoring.consensus import consensus_score, dimension_agreements
 from medpanel.transcript import Event, Transcript
 
@@ -217,7 +216,8 @@ async def critique_cycle(seats: dict[str, Model], drafts: dict[str, str], work: 
     scores: list[float] = []
     pairs = [(r, t) for r in seats for t in seats if r != t]
     for rnd in range(1, settings.max_rounds + 1):
-        replies = await asyncio.gather(*(_review(seats[r], r, t, drafts, work, settings) for r, t in pairs))
+        replies = await gather_seats([_review(seats[r], r, t, drafts, work, settings) for r, t in pairs],
+                                     [f"{r} reviewing {t}" for r, t in pairs], f"in review round {rnd}")
         received: dict[str, dict[str, Review]] = {seat: {} for seat in seats}
         by_dimension: dict[str, list[float]] = {d: [] for d in work.review_schema.dimensions()}
         for (reviewer, target), reply in zip(pairs, replies):
@@ -236,7 +236,8 @@ async def critique_cycle(seats: dict[str, Model], drafts: dict[str, str], work: 
                       "threshold": settings.threshold, "reached": reached, "stop": stop})
         if stop:
             return CycleResult(drafts, scores, True, "consensus")
-        revisions = await asyncio.gather(*(_revise(seats[s], s, drafts[s], received[s], work, settings) for s in seats))
+        revisions = await gather_seats([_revise(seats[s], s, drafts[s], received[s], work, settings) for s in seats],
+                                       list(seats), f"revising in round {rnd}")
         for seat, reply in zip(seats, revisions):
             drafts[seat] = work.draft_of(reply.parsed)
             rec.reply(reply, speaker=seat, role="panelist", phase="revision", round=rnd, text=drafts[seat],
@@ -328,10 +329,10 @@ async def run(case: Case, panel: Panel, settings: LongformSettings) -> Outcome:
     work = Deliberation(task=question_task(case), label="answer")
     seats = dict(panel.seats)
 
-    answers = await asyncio.gather(*(
+    answers = await gather_seats([
         m.complete([{"role": "system", "content": ANSWER_SYSTEM.format(seat=s)}, {"role": "user", "content": work.task}],
                    temperature=settings.temperature, max_tokens=settings.max_tokens)
-        for s, m in seats.items()))
+        for s, m in seats.items()], list(seats), "answering")
     drafts = {}
     for seat, reply in zip(seats, answers):
         drafts[seat] = reply.text.strip()
