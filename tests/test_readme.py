@@ -33,6 +33,7 @@ def test_readme_opens_with_the_two_setup_commands():
 
 def test_console_examples_run(cli_env, shared_data):
     needs_local_model()
+    before = set(_untracked())
     lines = console_lines()
     assert len(lines) >= 7
     for line in lines:
@@ -42,6 +43,12 @@ def test_console_examples_run(cli_env, shared_data):
         assert argv[0] == "medpanel"
         proc = subprocess.run([MEDPANEL, *argv[1:]], env=cli_env, cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert proc.returncode == expected, f"{line}\n{proc.stdout}\n{proc.stderr}"
+    assert set(_untracked()) <= before, "README examples must not leave files in the project"
+
+
+def _untracked() -> list[str]:
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=ROOT, capture_output=True, text=True).stdout
+    return [line[3:] for line in out.splitlines() if line.startswith("??")]
 
 
 def test_python_snippet_runs(cli_env):
