@@ -49,9 +49,10 @@ class Panel:
         return len(self.seats)
 
 
-async def gather_seats(calls: list[Awaitable[Any]], seats: list[str], where: str) -> list[Any]:
+async def gather_seats(calls: list[Awaitable[Any]], seats: list[str], where: str, models: dict[str, Model] | None = None) -> list[Any]:
     """Await parallel calls of several seats. Every call is awaited even when one fails (nothing is left
-    running or spending); then a budget stop passes through, or the first failure is raised naming its seat."""
+    running or spending); then a budget stop passes through, or the first failure in seat order is raised
+    naming its seat (and its model, when `models` is given)."""
     results = await asyncio.gather(*calls, return_exceptions=True)
     failures = [(seat, r) for seat, r in zip(seats, results, strict=True) if isinstance(r, BaseException)]
     budget = next((exc for _, exc in failures if isinstance(exc, BudgetExceeded)), None)
@@ -60,8 +61,10 @@ async def gather_seats(calls: list[Awaitable[Any]], seats: list[str], where: str
     if failures:
         seat, exc = failures[0]
         if isinstance(exc, ModelCallError):
-            raise ModelCallError(f"Seat '{seat}' failed {where}: {exc.problem}", exc.fix, kind=exc.kind, model=exc.model) from exc
-        raise exc
+            model_id = models[seat].id if models and seat in models else ""
+            who = f"Seat '{seat}'" + (f" ({model_id})" if model_id else "")
+            raise ModelCallError(f"{who} failed {where}: {exc.problem}", exc.fix, kind=exc.kind, model=exc.model or model_id) from exc
+        raise exc  # a usage error or a bug: as it is
     return results
 
 

@@ -23,7 +23,6 @@ draws apart) and, for providers that honour it, one seed per seat (`seeds`).
 
 from __future__ import annotations
 
-import asyncio
 import random
 import re
 from collections import Counter
@@ -34,9 +33,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from medpanel.cases.model import Case
-from medpanel.errors import BudgetExceeded, ModelCallError, UsageError
+from medpanel.errors import UsageError
 from medpanel.models.base import Model, Reply
-from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
+from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, gather_seats
 from medpanel.protocols.single import SYSTEM as ANSWER_SYSTEM
 from medpanel.protocols.single import question_prompt
 from medpanel.scoring.exact import exact_match, parse_choice
@@ -185,18 +184,8 @@ async def ask_seats(
         settings.emit(event)
         return reply, event
 
-    results = await asyncio.gather(*(one(s) for s in calls), return_exceptions=True)
-    failures = [(s, r) for s, r in zip(calls, results, strict=True) if isinstance(r, BaseException)]
-    budget = next((exc for _, exc in failures if isinstance(exc, BudgetExceeded)), None)
-    if budget is not None:
-        raise budget
-    if failures:
-        seat, exc = failures[0]
-        if isinstance(exc, ModelCallError):
-            raise ModelCallError(f"Seat '{seat}' ({models[seat].id}) failed {where}: {exc.problem}", exc.fix,
-                                 kind=exc.kind, model=exc.model or models[seat].id) from exc
-        raise exc  # a usage error or a bug: as it is
-    return dict(zip(calls, results, strict=True))  # type: ignore[arg-type]
+    results = await gather_seats([one(s) for s in calls], list(calls), where, models)
+    return dict(zip(calls, results, strict=True))
 
 
 async def initial_answers(case: Case, panel: Panel, settings: PanelSettings, transcript: Transcript) -> dict[str, Stance]:

@@ -258,7 +258,7 @@ class Consultation:
         tag = {"exchange": exchange, "step": step}
         replies = await gather_seats([
             self.ask(m, PROPOSE_SYSTEM.format(seat=seat, n=s.max_questions), task, schema=proposal_schema, max_tokens=s.max_tokens)
-            for seat, m in self.doctors.items()], list(self.doctors), "proposing questions")
+            for seat, m in self.doctors.items()], list(self.doctors), "proposing questions", self.doctors)
         drafts: dict[str, str] = {}
         proposed: dict[str, list[str]] = {}
         for seat, reply in zip(self.doctors, replies):
@@ -304,7 +304,7 @@ class Consultation:
         task = f"CONSULTATION:\n{self.dialogue_text()}{self.findings()}"
         systems = {seat: DIAGNOSE_SYSTEM.format(seat=seat, k=s.max_differentials) for seat in self.doctors}
         replies = await gather_seats([self.ask(m, systems[seat], task, schema=opinion_schema, max_tokens=s.max_tokens)
-                                      for seat, m in self.doctors.items()], list(self.doctors), "diagnosing")
+                                      for seat, m in self.doctors.items()], list(self.doctors), "diagnosing", self.doctors)
         opinions = self._record_opinions(replies, round_=0, phase="diagnosis")
         judgement: Any = None
         rnd = 0
@@ -324,7 +324,7 @@ class Consultation:
                 self.ask(m, systems[seat], task + "\n\n" + RECONSIDER.format(
                     views="\n".join(f"- {other}: {opinion_text(o)}" for other, o in opinions.items() if other != seat),
                     own=opinion_text(opinions[seat])), schema=opinion_schema, max_tokens=s.max_tokens)
-                for seat, m in self.doctors.items()], list(self.doctors), f"reconsidering in round {rnd + 1}")
+                for seat, m in self.doctors.items()], list(self.doctors), f"reconsidering in round {rnd + 1}", self.doctors)
             opinions = self._record_opinions(replies, round_=rnd + 1, phase="diagnosis-debate")
 
         if judgement is None:  # one doctor: its view is the panel's

@@ -217,7 +217,7 @@ async def critique_cycle(seats: dict[str, Model], drafts: dict[str, str], work: 
     pairs = [(r, t) for r in seats for t in seats if r != t]
     for rnd in range(1, settings.max_rounds + 1):
         replies = await gather_seats([_review(seats[r], r, t, drafts, work, settings) for r, t in pairs],
-                                     [f"{r} reviewing {t}" for r, t in pairs], f"in review round {rnd}")
+                                     [r for r, _ in pairs], f"reviewing in round {rnd}", seats)
         received: dict[str, dict[str, Review]] = {seat: {} for seat in seats}
         by_dimension: dict[str, list[float]] = {d: [] for d in work.review_schema.dimensions()}
         for (reviewer, target), reply in zip(pairs, replies):
@@ -237,7 +237,7 @@ async def critique_cycle(seats: dict[str, Model], drafts: dict[str, str], work: 
         if stop:
             return CycleResult(drafts, scores, True, "consensus")
         revisions = await gather_seats([_revise(seats[s], s, drafts[s], received[s], work, settings) for s in seats],
-                                       list(seats), f"revising in round {rnd}")
+                                       list(seats), f"revising in round {rnd}", seats)
         for seat, reply in zip(seats, revisions):
             drafts[seat] = work.draft_of(reply.parsed)
             rec.reply(reply, speaker=seat, role="panelist", phase="revision", round=rnd, text=drafts[seat],
@@ -332,7 +332,7 @@ async def run(case: Case, panel: Panel, settings: LongformSettings) -> Outcome:
     answers = await gather_seats([
         m.complete([{"role": "system", "content": ANSWER_SYSTEM.format(seat=s)}, {"role": "user", "content": work.task}],
                    temperature=settings.temperature, max_tokens=settings.max_tokens)
-        for s, m in seats.items()], list(seats), "answering")
+        for s, m in seats.items()], list(seats), "answering", seats)
     drafts = {}
     for seat, reply in zip(seats, answers):
         drafts[seat] = reply.text.strip()
