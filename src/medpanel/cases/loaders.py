@@ -81,20 +81,25 @@ def _jsonl(path: Path) -> Iterator[dict]:
                     raise UsageError(f"{path}:{line_no} is not valid JSON: {exc}", "Fix or remove that line.") from None
 
 
-def load_medqa_file(path: Path) -> Iterator[Case]:
-    """MedQA as released by medagents-benchmark: question, options {A..E}, answer_idx."""
+def load_medagents_file(path: Path, prefix: str, metadata: Callable[[dict], dict] = lambda row: {}) -> Iterator[Case]:
+    """One multiple-choice file in medagents-benchmark's shape (MedQA, MMLU medical, MedMCQA):
+    question, options {A..E}, answer_idx, answer, realidx. Case ids are PREFIX-REALIDX."""
     for i, row in enumerate(_jsonl(path)):
-        idx = row.get("realidx", i)
         if not isinstance(row.get("question"), str) or not isinstance(row.get("options"), dict):
-            raise UsageError(f"{path}: record {i + 1} has no question text or options mapping.", "Use the MedQA JSONL as released.")
+            raise UsageError(f"{path}: record {i + 1} has no question text or options mapping.", "Use the dataset's JSONL as released.")
         yield Case(
-            id=f"medqa-{idx}",
+            id=f"{prefix}-{row.get('realidx', i)}",
             source=path.name,
             question=row["question"],
             options=row["options"],
             reference=Reference(answer=row.get("answer_idx"), answer_text=row.get("answer")),
-            metadata={"meta_info": row.get("meta_info", "")},
+            metadata=metadata(row),
         )
+
+
+def load_medqa_file(path: Path) -> Iterator[Case]:
+    """MedQA as released by medagents-benchmark."""
+    return load_medagents_file(path, "medqa", lambda row: {"meta_info": row.get("meta_info", "")})
 
 
 def _case_records(path: Path) -> Iterator[Case]:

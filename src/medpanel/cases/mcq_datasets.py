@@ -13,7 +13,7 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-from medpanel.cases.loaders import _jsonl, data_dir, load_medqa_file
+from medpanel.cases.loaders import _jsonl, data_dir, load_medagents_file, load_medqa_file
 from medpanel.cases.model import Case, Reference
 from medpanel.errors import UsageError
 
@@ -58,29 +58,14 @@ def load_pubmedqa() -> Iterator[Case]:
 
 def load_mmlu_medical() -> Iterator[Case]:
     """MMLU's six medical subjects from the JSONL (the CSV folder is an early pre-release: not used)."""
-    path = _file("mmlu_medical", "mmlu_medical6_test.jsonl")
-    for row in _jsonl(path):
-        yield Case(
-            id=f"mmlu-{row['subject']}-{row['realidx']}",
-            source=path.name,
-            question=row["question"],
-            options=row["options"],
-            reference=Reference(answer=row["answer_idx"], answer_text=row.get("answer")),
-            metadata={"subject": row["subject"]},
-        )
+    # The subject goes into the id as well: realidx restarts in each subject.
+    for case in load_medagents_file(_file("mmlu_medical", "mmlu_medical6_test.jsonl"), "mmlu", lambda row: {"subject": row["subject"]}):
+        yield case.model_copy(update={"id": f"mmlu-{case.metadata['subject']}-{case.id.removeprefix('mmlu-')}"})
 
 
 def load_medmcqa() -> Iterator[Case]:
     """MedMCQA dev set, filtered to the 2,816 single-answer questions."""
-    path = _file("medmcqa", "medmcqa_dev_single_2816.jsonl")
-    for row in _jsonl(path):
-        yield Case(
-            id=f"medmcqa-{row['realidx']}",
-            source=path.name,
-            question=row["question"],
-            options=row["options"],
-            reference=Reference(answer=row["answer_idx"], answer_text=row.get("answer")),
-        )
+    return load_medagents_file(_file("medmcqa", "medmcqa_dev_single_2816.jsonl"), "medmcqa")
 
 
 def load_medxpertqa() -> Iterator[Case]:
