@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 import yaml
 from pydantic import ValidationError
 
+from medpanel.cases.files import MAX_RECORD_BYTES, check_structure, decode_text, read_text, resolve_slide_image
 from medpanel.cases.model import Case, Reference
 from medpanel.errors import UsageError
 
@@ -28,19 +29,41 @@ def data_dir() -> Path:
     return Path("../shared/data")
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: many times faster
+
+
 def _read_structured(path: Path) -> object:
+    text = read_text(path, "Case file")
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise UsageError(f"Cannot read {path}: {exc.strerror or exc}.", "Check the path and that the file is readable.") from None
-    try:
-        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}.", "Fix the syntax and try again.") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise UsageError(f"{path} is not valid YAML: {getattr(exc, 'problem', None) or exc}{where}.", "Fix the syntax and try again.") from None
+    except RecursionError:
+        raise UsageError(f"{path} is nested too deeply to read.", "A case is a flat mapping of fields; check the file.") from None
+    check_structure(data, str(path))
+    return data
+
+
+def _resolve_slides(data: dict, base: Path, where: str) -> None:
+    """Slide images -> checked absolute paths inside the case's folder (see cases/files.py)."""
+    slides = data.get("slides")
+    if slides is None:
+        return
+    if not isinstance(slides, list):
+        raise UsageError(f"{where}: 'slides' must be a list of {{image, caption}} entries, not {type(slides).__name__}.", "See examples/ for the case format.")
+    for i, slide in enumerate(slides, 1):
+        if not isinstance(slide, dict):
+            raise UsageError(f"{where}: slide {i} must be a mapping with image and caption, not {type(slide).__name__}.", "See examples/ for the case format.")
+        if slide.get("image") is not None:
+            slide["image"] = resolve_slide_image(slide["image"], base, f"{where}, slide {i}")
+
+
+def _invalid(exc: ValidationError, limit: int = 5) -> str:
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:limit])
 
 
 def load_case(path: str | Path) -> Case:
@@ -58,27 +81,36 @@ def load_case(path: str | Path) -> Case:
         raise UsageError(f"Case file {file} must hold a mapping of fields.", "See examples/ for the case format.")
     data.setdefault("id", file.parent.name if file.stem == "case" else file.stem)
     data.setdefault("source", str(file))
-    for slide in data.get("slides") or []:
-        if isinstance(slide, dict) and slide.get("image"):
-            image = (file.parent / slide["image"]).resolve()
-            if not image.exists():
-                raise UsageError(f"Case {file}: slide image {slide['image']} not found (looked at {image}).", "Image paths are relative to the case file.")
-            slide["image"] = str(image)
+    _resolve_slides(data, file.parent, f"Case {file}")
     try:
         return Case.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])
-        raise UsageError(f"Case file {file} is invalid: {problems}.", "See examples/ for the case format.") from None
+        raise UsageError(f"Case file {file} is invalid: {_invalid(exc)}.", "See examples/ for the case format.") from None
 
 
 def _jsonl(path: Path) -> Iterator[dict]:
-    with path.open() as fh:
-        for line_no, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UsageError(f"{path}:{line_no} is not valid JSON: {exc}", "Fix or remove that line.") from None
+    """The records of a JSONL file: each line one JSON object (UTF-8, bounded in size); a bad line is named."""
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise UsageError(f"Cannot read {path}: {exc.strerror or exc}.", "Check the path and that the file is readable.") from None
+    with fh:
+        for line_no, raw in enumerate(iter(lambda: fh.readline(MAX_RECORD_BYTES + 1), b""), 1):
+            if len(raw) > MAX_RECORD_BYTES:
+                raise UsageError(f"{path}:{line_no} is a record over {MAX_RECORD_BYTES // 2**20} MB.", "Split or trim that record.")
+            line = decode_text(raw, f"{path}:{line_no}")
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{line_no} is not valid JSON: {exc.msg}.", "Fix or remove that line.") from None
+            except RecursionError:
+                raise UsageError(f"{path}:{line_no} is nested too deeply to read.", "Fix or remove that line.") from None
+            if not isinstance(record, dict):
+                raise UsageError(f"{path}:{line_no} is a JSON {type(record).__name__}, not an object.", "Each line must be one JSON object ({...}).")
+            check_structure(record, f"{path}:{line_no}")
+            yield record
 
 
 def load_medagents_file(path: Path, prefix: str, metadata: Callable[[dict], dict] = lambda row: {}) -> Iterator[Case]:
@@ -87,6 +119,12 @@ def load_medagents_file(path: Path, prefix: str, metadata: Callable[[dict], dict
     for i, row in enumerate(_jsonl(path)):
         if not isinstance(row.get("question"), str) or not isinstance(row.get("options"), dict):
             raise UsageError(f"{path}: record {i + 1} has no question text or options mapping.", "Use the dataset's JSONL as released.")
+        options, answer = row["options"], row.get("answer_idx")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
+            raise UsageError(f"{path}: record {i + 1} has options that are not letter -> text.", "Use the dataset's JSONL as released.")
+        if answer is not None and (not isinstance(answer, str) or answer not in options):
+            raise UsageError(f"{path}: record {i + 1} has answer_idx {answer!r}, not one of its option letters {sorted(options)}.",
+                             "Use the dataset's JSONL as released (answer_idx is a letter such as \"C\").")
         yield Case(
             id=f"{prefix}-{row.get('realidx', i)}",
             source=path.name,
@@ -105,11 +143,11 @@ def load_medqa_file(path: Path) -> Iterator[Case]:
 def _case_records(path: Path) -> Iterator[Case]:
     """A JSONL file of Case records, one per line; a bad record names its line."""
     for line_no, row in enumerate(_jsonl(path), 1):
+        _resolve_slides(row, path.parent, f"{path}: record {line_no}")
         try:
             yield Case.model_validate(row)
         except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:3])
-            raise UsageError(f"{path}: record {line_no} is not a valid case ({problems}).", "See examples/ for the case fields.") from None
+            raise UsageError(f"{path}: record {line_no} is not a valid case ({_invalid(exc, 3)}).", "See examples/ for the case fields.") from None
 
 
 CASE_FILES = ("case.yaml", "case.yml", "case.json")
@@ -206,6 +244,8 @@ def load_dataset(name: str, limit: int | None = None) -> list[Case]:
         if limit is not None and len(out) >= limit:
             break
         out.append(case)
+    if not out and limit != 0:
+        raise UsageError(f"Dataset '{name}' has no cases.", "Point at a file or folder that holds at least one case.")
     ids = [c.id for c in out]
     if len(set(ids)) != len(ids):
         raise UsageError(f"Dataset '{name}' has duplicate case ids.", "Give every case a unique id.")
