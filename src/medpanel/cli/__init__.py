@@ -7,6 +7,7 @@ Each module below registers its commands on the shared Typer app.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from rich.markup import escape
@@ -16,7 +17,16 @@ from medpanel.cli.common import app, err
 from medpanel.errors import MedpanelError
 
 
+def _stop_like_ctrl_c(signum, frame) -> None:
+    # SIGTERM (kill, systemd, a job scheduler) and SIGHUP (a closed terminal) end a run as Ctrl-C does:
+    # finished items stay saved, the run is marked interrupted, and the resume command is printed.
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main() -> None:
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _stop_like_ctrl_c)
     try:
         app()
     except MedpanelError as exc:
