@@ -82,7 +82,7 @@ def summarise(rows: list[dict], key: str) -> dict:
     out = {}
     for name in METRICS:
         values = [r[key].get(name) for r in rows if r["status"] != "failed" and r[key].get(name) is not None]
-        out[name] = mean_interval(values)
+        out[name] = mean_interval(values, name, protocol="consult")
     return out
 
 
@@ -150,7 +150,8 @@ async def main() -> None:
     for protocol in PROTOCOLS:
         settings = {"discharge_max_tokens": args.discharge_max_tokens}
         if protocol == "consult":
-            settings |= {"max_turns": args.max_turns, "max_tokens": args.max_tokens}
+            # Stored scores leave unfinished consults out ("finished only"); collect() adds the unfinished-as-empty view.
+            settings |= {"max_turns": args.max_turns, "max_tokens": args.max_tokens, "unfinished": "exclude"}
         config = RunConfig(dataset="codiesp", protocol=protocol, models=models, limit=args.limit, concurrency=args.concurrency, settings=settings)
         started = time.perf_counter()
 

@@ -129,6 +129,21 @@ def plan(specs: list[str] | None, max_tokens: int) -> tuple[list[tuple[str, list
     return runs, names
 
 
+def progress_printer(label: str, every_s: float = 5.0):
+    """A runner progress hook: one stderr line at most every `every_s` seconds, and the last one."""
+    last = [0.0]
+
+    def hook(progress, runtime) -> None:
+        now = time.perf_counter()
+        finished = progress.done + progress.failed + progress.skipped
+        if now - last[0] >= every_s or finished >= progress.total:
+            last[0] = now
+            print(f"[{label}] {finished}/{progress.total} items ({progress.failed} failed), {progress.rate:.1f}/s",
+                  file=sys.stderr, flush=True)
+
+    return hook
+
+
 async def run_bench(store: Store, *, limit: int = 50, specs: list[str] | None = None, seed: int = 0,
                     concurrency: int = 8, max_tokens: int = 512) -> dict:
     cases = load_dataset("medqa", limit)
@@ -145,8 +160,8 @@ async def run_bench(store: Store, *, limit: int = 50, specs: list[str] | None = 
             panel = build_panel([names[i] for i in seats], runtime)
         config = RunConfig(dataset="medqa", protocol=protocol, models=[names[i] for i in seats], limit=limit,
                            concurrency=concurrency, settings=settings)
-        result = await run_benchmark(store, config, runtime, panel=panel, cases=cases)
-        if result.status != "done":
+        result = await run_benchmark(store, config, runtime, panel=panel, cases=cases, on_progress=progress_printer(protocol))
+        if result.status not in ("done", "done_with_failures"):  # failed items are counted in the report
             raise RuntimeError(f"{protocol} run stopped: {result.status} {result.error}")
         run_ids.append(result.run_id)
     wall = time.perf_counter() - started

@@ -112,17 +112,55 @@ def test_bench_over_the_example_cases_gives_per_case_scores_and_intervals(cli_en
 
     from conftest import MEDPANEL
 
+    from medpanel.cases import load_dataset
+
+    n = len(load_dataset(str(ROOT / "examples")))
+    brief = "<discussion>\n<turn 1> Moderator: Brief.\n</discussion>\n<conclusion>Operate.</conclusion>"
+    script = [WELL_FORMED if i % 2 == 0 else brief for i in range(n)]  # alternate, one reply per example case
     replies = tmp_path / "meetings.yaml"
-    replies.write_text(json.dumps([WELL_FORMED, "<discussion>\n<turn 1> Moderator: Brief.\n</discussion>\n<conclusion>Operate.</conclusion>"]))
+    replies.write_text(json.dumps(script))
     proc = subprocess.run([MEDPANEL, "bench", "examples", "-p", "board", "-m", f"scripted:{replies}", "-c", "1", "--json"],
                           env=cli_env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
-    assert summary["items"]["done"] == 2
+    assert n >= 2 and summary["items"]["done"] == n
     rouge = summary["scores"]["rouge_l"]
-    assert rouge["n"] == 2 and rouge["low"] is not None and rouge["low"] <= rouge["mean"] <= rouge["high"]
-    # One well-formed meeting (exact format) and one with a one-sentence conclusion (not exact): 1 of 2.
-    assert summary["scores"]["format_exact"]["mean"] == 0.5
+    assert rouge["n"] == n and rouge["low"] is not None and rouge["low"] <= rouge["mean"] <= rouge["high"]
+    # Well-formed meetings (exact format) alternate with one-sentence conclusions (not exact).
+    assert summary["scores"]["format_exact"]["mean"] == pytest.approx(script.count(WELL_FORMED) / n)
     shown = json.loads(subprocess.run([MEDPANEL, "show", summary["run_id"], "--by", "parse_status", "--json"], env=cli_env, cwd=ROOT,
                                       capture_output=True, text=True, timeout=60).stdout)
     assert set(shown["by"]["parse_status"]) <= {"parsed", "parsed_with_warnings"}
+
+
+class _CutAtMaxTokens(ScriptedModel):
+    """A scripted model whose server reports the cut as "max_tokens" (Anthropic-style gateways), not "length"."""
+
+    async def generate(self, request):
+        gen = await super().generate(request)
+        return gen.model_copy(update={"finish_reason": "max_tokens"})
+
+
+async def test_a_reply_cut_with_finish_reason_max_tokens_is_recorded_truncated_and_fails_closed(tmp_path):
+    # Before: only finish_reason == "length" was checked, so a "max_tokens" cut scored 1.0 as a finished meeting.
+    from medpanel.scoring.board_format import FormatSettings, score_format
+
+    case_file = tmp_path / "case.yaml"
+    case_file.write_text("summary: A 69-year-old man with prostate cancer.\nslides: []\n")
+    spec = get_protocol("board")
+    outcome = await spec.run(load_case(case_file), Panel.of([_CutAtMaxTokens([WELL_FORMED], runtime=Runtime())]), BoardSettings())
+    assert outcome.data["truncated"] is True
+    assert spec.score(load_case(case_file), outcome)["format"] == -1.0
+    fmt = score_format(outcome.data["raw"], settings=FormatSettings.for_preset("released_code"), truncated=outcome.data["truncated"])
+    assert (fmt.failure, fmt.score) == ("truncated", -1.0)
+
+
+def test_debate_and_consult_turns_cut_with_max_tokens_are_marked_truncated():
+    from medpanel.models.base import Reply
+    from medpanel.protocols.consult import _Recorder
+    from medpanel.protocols.debate import _turn_event
+
+    for reason, cut in (("max_tokens", True), ("length", True), ("stop", False)):
+        reply = Reply(text="Answer: B because", finish_reason=reason, truncated=cut)
+        assert bool(_turn_event(reply, "GPT", round=1, phase="debate", data={}).data.get("truncated")) is cut, reason
+        assert bool(_Recorder(None).reply(reply, speaker="Doctor", role="physician", round=1, phase="ask").data.get("truncated")) is cut, reason

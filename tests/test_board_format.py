@@ -152,11 +152,14 @@ def test_moderate_loop_is_a_continuous_penalty():
     #              + (the board recommends surveillance imaging follows in three months) 9 + conclusion 1 = 79
     assert len(word_tokens(looping)) == 79
     result = score_format(looping)
-    assert result.repetition.max_run == 10       # "no change" x 10: width-2 streak of 18 -> 1 + 18//2
+    # "no change" x 10 starts at token 47, off the width-2 grid: the released scanner sees "change no" x 9;
+    # the every-offset detector sees all 10 (width-2 streak of 18 -> 1 + 18//2)
+    assert result.repetition.max_run == 9
+    assert check_repetition(looping, FormatSettings(repetition_detector="every_offset")).max_run == 10
     assert result.repetition.ngram_count == 9    # "no change no change" starts at loop offsets 0, 2, ..., 16
     assert result.repetition.ngram_fraction == pytest.approx(36 / 79)  # 9*4/79 = .4557, under .5: not severe
     assert result.repetition.detected and not result.repetition.severe
-    # penalty max(ramp(10; 8..128) = 2/120, ramp(.4557; .15...5) = (36/79 - .15)/.35 = .8734)
+    # penalty max(ramp(9; 8..128) = 1/120, ramp(.4557; .15...5) = (36/79 - .15)/.35 = .8734)
     assert result.repetition.penalty == pytest.approx((36 / 79 - 0.15) / 0.35)
     assert result.failure is None
     assert result.score == pytest.approx(1 - (36 / 79 - 0.15) / 0.35)  # base 1 - .8734 = .1266
@@ -252,3 +255,25 @@ def test_cli_format_reads_a_file_or_stdin(cli_env, tmp_path):
     assert json.loads(run_cli(["score", "format", str(path), "--json"], env).stdout)["score"] == pytest.approx(0.5)  # 1 - .5
     missing = run_cli(["score", "format", str(tmp_path / "none.txt")], cli_env)
     assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def _long_meeting(words: int = 7000) -> str:
+    per = words // 3
+    turns = [f"<turn {i + 1}> {role}: " + " ".join(f"w{i * per + k}" for k in range(per))
+             for i, role in enumerate(("Moderator", "Urologist", "Radiation Oncologist"))]
+    return "<discussion>\n" + "\n".join(turns) + "\n</discussion>\n<conclusion>Offer surgery. Discuss with the patient.</conclusion>"
+
+
+def test_released_code_applies_no_overlength_penalty_when_no_token_count_is_given():
+    # The release's _overlong_penalty(None, ...) returns 0; medpanel fell back to word tokens and scored 0.5757.
+    long = _long_meeting()
+    released = score_format(long, settings=FormatSettings.for_preset("released_code"))
+    assert released.score == pytest.approx(1.0) and released.length.penalty == 0.0
+    assert released.length.note == "length unknown: no overlength penalty (as the release)"
+    assert released.length.source == "word_tokens" and released.length.tokens > 7000  # the count, for reference only
+    # a count, given or from a tokenizer, is still penalised; the paper preset keeps its word-token stand-in
+    given = score_format(long, settings=FormatSettings.for_preset("released_code"), response_tokens=7013)
+    assert given.length.penalty == pytest.approx((7013 - 6144) / 2048) and given.length.note is None
+    assert score_format(long, tokenizer=str.split).length.penalty > 0
+    paper = score_format(long, settings=FormatSettings.for_preset("paper"))
+    assert paper.length.penalty == pytest.approx((paper.length.tokens - 6144) / 2048) and paper.length.note is None

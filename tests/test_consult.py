@@ -92,7 +92,7 @@ async def test_the_assistant_never_writes_the_discharge_even_in_both_chairs():
     assert len(assistant_requests) == 1 and assistant_requests[0].schema is None
 
 
-async def test_reaching_the_turn_bound_is_an_unfinished_consult():
+async def test_reaching_the_turn_bound_is_an_unfinished_consult(shared_data):
     asks = [{"message": "Evaluation please."}] + [{"action": "ask", "message": f"Question {i}?"} for i in range(2, 4)]
     physician = ScriptedModel(asks, name="physician")
     assistant = ScriptedModel(responder=lambda r: "Answer.", name="assistant")
@@ -109,7 +109,8 @@ async def test_reaching_the_turn_bound_is_an_unfinished_consult():
 
     scores = score(make_case(), outcome)
     assert scores["finished"] == 0.0 and scores["turns"] == 5.0
-    assert scores["code_f1"] is None and scores["chapter_precision"] is None and scores["invalid_rate"] is None
+    # Scored as an empty prediction (the default, issue 8 point 4); there is no predicted code to be invalid.
+    assert scores["code_f1"] == 0.0 and scores["chapter_precision"] == 0.0 and scores["invalid_rate"] is None
 
 
 async def test_an_even_bound_ends_on_an_answer():
@@ -204,9 +205,9 @@ async def test_runs_record_turns_and_unfinished_consults(store, shared_data):
     assert summary["items"]["done"] == 2  # an unfinished consult is a finished item, not a failure
     assert summary["scores"]["finished"]["mean"] == 0.5
     assert summary["scores"]["turns"]["mean"] == 3.5  # 3 (ask, answer, submit) and 4 (the bound)
-    assert summary["scores"]["code_f1"]["n"] == 1  # only the finished consult has ICD-10 metrics
-    # N10 vs {N10, N39.0}: P 1, R 1/2, F1 2/3
-    assert summary["scores"]["code_f1"]["mean"] == pytest.approx(2 / 3)
+    assert summary["scores"]["code_f1"]["n"] == 2  # the unfinished consult counts, as an empty prediction
+    # N10 vs {N10, N39.0}: P 1, R 1/2, F1 2/3; the unfinished consult 0
+    assert summary["scores"]["code_f1"]["mean"] == pytest.approx(1 / 3)
     statuses = {i["item_id"]: i["outcome"]["status"] for i in store.items(result.run_id)}
     assert statuses == {"done": "ok", "endless": "unfinished"}
 

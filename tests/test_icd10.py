@@ -72,7 +72,7 @@ def test_empty_prediction_policy_is_explicit():
 
 
 def test_table_lookups(shared_data):
-    assert len(code_table()) == 98147  # rows of icd10cm_2026_codes.tsv
+    assert len(code_table()) == 98186  # rows of icd10cm_2026_codes.tsv (98,147 before the 39 lost categories were restored)
     e119 = lookup("e119")
     assert (e119.code, e119.valid, e119.category, e119.block, e119.chapter) == ("E11.9", True, "E11", "E08-E13", 4)
     assert e119.description == "Type 2 diabetes mellitus without complications"
@@ -83,6 +83,17 @@ def test_table_lookups(shared_data):
     assert lookup("G35").description == "Multiple sclerosis"
     # Categories with no row of their own still exist (C7A is only a block title in the flat table).
     assert lookup("C7A").valid and lookup("C7A").description == "Malignant neuroendocrine tumors"
+
+
+@pytest.mark.parametrize("code, chapter, description", [
+    ("B20", 1, "Human immunodeficiency virus [HIV] disease"), ("C50", 2, "Malignant neoplasm of breast"),
+    ("F99", 5, "Mental disorder, not otherwise specified"), ("P84", 16, "Other problems with newborn"),
+    ("R99", 18, "Ill-defined and unknown cause of mortality"), ("Z66", 21, "Do not resuscitate"),
+])
+def test_categories_whose_code_is_their_block_exist(shared_data, code, chapter, description):
+    # These were missing from the table until 2026-12-01, so a correct B20 counted as an invented code.
+    info = lookup(code)
+    assert (info.valid, info.chapter, info.description, info.block) == (True, chapter, description, code)
 
 
 @pytest.mark.parametrize("code, chapter", [

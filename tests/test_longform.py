@@ -24,6 +24,9 @@ from medpanel.protocols.summary import outline_debate, summarize_debate
 from medpanel.transcript import Transcript
 
 SEATS = ["GPT", "Qwen", "DeepSeek"]
+# What the prompts call them: seats are anonymised, by position (the transcript keeps the names).
+LABEL = {name: f"Panelist {i}" for i, name in enumerate(SEATS, 1)}
+NAME = {label: name for name, label in LABEL.items()}
 QUESTION = Case(id="balance", question="What is losing balance a symptom of?")
 
 # The scores of MCC's logged long-form run (Table S14), reviewer -> target -> (accuracy, completeness, safety).
@@ -53,8 +56,8 @@ def review(accuracy: int, completeness: int, safety: int, note: str = "fine") ->
     return body
 
 
-CONSOLIDATED = ("Inner-ear disorders such as BPPV [GPT, Qwen, DeepSeek]. Acoustic neuroma [Qwen, DeepSeek]. "
-                "Vestibular migraine [Qwen]. See [the guideline](https://example.org). Some add [Gemini, GPT].")
+CONSOLIDATED = ("Inner-ear disorders such as BPPV [Panelist 1, Panelist 2, Panelist 3]. Acoustic neuroma [Panelist 2, Panelist 3]. "
+                "Vestibular migraine [Panelist 2]. See [the guideline](https://example.org). Some add [Gemini, Panelist 1].")
 
 
 def seat(name: str, rounds: list[dict], *, revised: str | None = None) -> ScriptedModel:
@@ -64,7 +67,7 @@ def seat(name: str, rounds: list[dict], *, revised: str | None = None) -> Script
     def respond(request):
         user = request.messages[-1].content
         if request.schema_name == "AnswerReview":
-            target = re.search(r"ANSWER BY (\S+) TO REVIEW", user)[1]
+            target = NAME[re.search(r"ANSWER BY (Panelist \d+) TO REVIEW", user)[1]]
             rnd = reviewed.get(target, 0)
             reviewed[target] = rnd + 1
             return review(*rounds[min(rnd, len(rounds) - 1)][name][target])
@@ -115,13 +118,13 @@ async def test_released_code_settings_go_on_past_0_89_and_stop_at_0_91():
     revise_request = next(r for r in models["Qwen"].history if r.schema_name == "RevisedAnswer")
     prompt = revise_request.messages[-1].content
     assert "YOUR CURRENT ANSWER:\nQwen first answer" in prompt
-    assert "From GPT:\n- factual_accuracy 9/10" in prompt and "From DeepSeek:\n- factual_accuracy 9/10" in prompt
+    assert "From Panelist 1:\n- factual_accuracy 9/10" in prompt and "From Panelist 3:\n- factual_accuracy 9/10" in prompt
     assert "- safety 9/10. Reason: safety fine Suggestion: improve safety" in prompt
     # round 2 reviews the revised answers, and the moderator merges the revised answers
     round2 = [r for r in models["GPT"].history if r.schema_name == "AnswerReview"][2:]
     assert all("Qwen revised answer" in r.messages[-1].content or "DeepSeek revised answer" in r.messages[-1].content for r in round2)
     consolidation_prompt = models["GPT"].history[-1].messages[-1].content
-    assert all(f"ANSWER FROM {n}:\n{n} revised answer" in consolidation_prompt for n in SEATS)
+    assert all(f"ANSWER FROM {LABEL[n]}:\n{n} revised answer" in consolidation_prompt for n in SEATS)
 
 
 async def test_a_higher_threshold_also_reproduces_the_logged_run():
@@ -160,13 +163,14 @@ async def test_moderator_consolidates_with_seat_attributions():
     outcome = await get_protocol("longform").run(QUESTION, pan, LongformSettings(moderator="2"))  # Qwen, by position
     request = models["Qwen"].history[-1]
     system = request.messages[0].content
-    assert "using exactly these names: GPT, Qwen, DeepSeek" in system and "[GPT, Qwen]" in system
+    assert "using exactly these names: Panelist 1, Panelist 2, Panelist 3" in system and "[Panelist 1, Panelist 2]" in system
     assert [len(models[n].history) for n in SEATS] == [3, 4, 3]  # answer + two reviews each; Qwen also consolidates
     [consolidation] = phases(outcome, "consolidation")
     assert consolidation.speaker == "Qwen" and outcome.answer == CONSOLIDATED
-    # tags by hand: [GPT, Qwen, DeepSeek], [Qwen, DeepSeek], [Qwen], [Gemini, GPT]; the markdown link is no tag
+    # tags by hand: [1, 2, 3], [2, 3], [2], [Gemini, 1]; the markdown link is no tag; credits are kept by seat name
     assert consolidation.data["attributions"] == {"GPT": 2, "Qwen": 3, "DeepSeek": 2}
     assert consolidation.data["unknown_sources"] == ["Gemini"]
+    assert outcome.data["labels"] == LABEL
     decision = outcome.transcript.events[-1]
     assert decision.kind == "decision" and decision.data["rounds"] == 1
 

@@ -12,7 +12,7 @@ import gzip
 import pytest
 
 from medpanel.cases.mimic import (ASSISTANT_SECTIONS, REQUIRED_SECTIONS, exclusion_reason, is_deceased, load_mimic_discharge,
-                                  missing_sections, normalise_mimic_code, note_case, parse_sections, seeded_sample)
+                                  missing_sections, normalise_mimic_code, note_case, parse_sections, released_spans, seeded_sample)
 from medpanel.errors import UsageError
 
 NOTE = """ 
@@ -79,7 +79,7 @@ Discharge Medications:
 Discharge Disposition:
 Home
  
-Discharge Diagnoses:
+Discharge Diagnosis:
 Primary: NSTEMI
 Secondary: Hypertension, hyperlipidemia
  
@@ -103,7 +103,7 @@ def variant(old: str, new: str) -> str:
 
 def test_sections_are_split_at_their_headings():
     sections = parse_sections(NOTE)
-    assert missing_sections(sections) == []
+    assert missing_sections(NOTE) == []
     assert sections["chief complaint"] == "Chest pain"
     assert sections["major surgical or invasive procedure"] == "Cardiac catheterization with drug-eluting stent to the LAD"
     assert sections["history of present illness"].startswith("Mr. ___ is a ___ year old man")
@@ -114,11 +114,12 @@ def test_sections_are_split_at_their_headings():
     exam = sections["physical exam"]
     assert "ADMISSION PHYSICAL EXAM:" in exam and "DISCHARGE PHYSICAL EXAM:" in exam and exam.endswith("GENERAL: Comfortable.")
     assert sections["pertinent results"].splitlines()[0] == "ADMISSION LABS:"
-    # "Discharge Diagnoses:" is the discharge diagnosis section; "Discharge Disposition" is its own.
+    # "Discharge Diagnoses:" is the discharge diagnosis section too; "Discharge Disposition" is its own.
     assert sections["discharge diagnosis"] == "Primary: NSTEMI\nSecondary: Hypertension, hyperlipidemia"
+    assert parse_sections(variant("Discharge Diagnosis:", "Discharge Diagnoses:"))["discharge diagnosis"].startswith("Primary: NSTEMI")
     assert sections["discharge disposition"] == "Home"
     assert sections["discharge instructions"].startswith("Dear Mr. ___,")
-    assert len(REQUIRED_SECTIONS) == 12
+    assert len(REQUIRED_SECTIONS) == 11  # the released notebook's headings: discharge condition is not one
 
 
 def test_headings_match_in_any_case_and_repeated_headings_join():
@@ -128,7 +129,7 @@ def test_headings_match_in_any_case_and_repeated_headings_join():
 
 def test_a_note_missing_a_required_section_is_excluded():
     text = variant("Major Surgical or Invasive Procedure:\nCardiac catheterization with drug-eluting stent to the LAD\n", "")
-    assert missing_sections(parse_sections(text)) == ["major surgical or invasive procedure"]
+    assert missing_sections(text) == ["major surgical or invasive procedure"]
     assert exclusion_reason(text) == "missing sections: major surgical or invasive procedure"
     # A heading with an empty body is present: MedSyn's test was the heading's presence.
     assert exclusion_reason(variant("Social History:\n___", "Social History:\n")) is None
@@ -136,15 +137,48 @@ def test_a_note_missing_a_required_section_is_excluded():
 
 @pytest.mark.parametrize("text, deceased", [
     (NOTE, False),
-    (variant("Discharge Disposition:\nHome", "Discharge Disposition:\nExpired"), True),
-    (variant("Discharge Condition:\nMental Status: Clear and coherent.", "Discharge Condition:\nexpired"), True),
+    # The released filter looks for "deceased" and "patient expired" only: an "Expired" disposition or condition is kept.
+    (variant("Discharge Disposition:\nHome", "Discharge Disposition:\nExpired"), False),
+    (variant("Discharge Condition:\nMental Status: Clear and coherent.", "Discharge Condition:\nexpired"), False),
     (variant("Father with MI at age 55.", "Patient expired at 03:10 despite resuscitation."), True),
+    (variant("Father with MI at age 55.", "The PATIENT EXPIRED at 03:10."), True),  # any case: the release lower-cased notes
     (variant("Father with MI at age 55.", "Father deceased (MI at 55)."), True),  # the released filter's test: the word anywhere
     (variant("Mr. ___ is a ___ year old man", "Mr. ___, whose inhaler had expired, is a ___ year old man"), False),
 ])
 def test_deceased_and_expired_are_excluded(text, deceased):
     assert is_deceased(text) is deceased
     assert exclusion_reason(text) == ("deceased" if deceased else None)
+
+
+def test_the_released_filters_require_eleven_headings_as_written():
+    # Discharge Condition is not among them; "Discharge Diagnoses:" is not "discharge diagnosis:".
+    assert exclusion_reason(variant("Discharge Condition:\nMental Status: Clear and coherent.\nLevel of Consciousness: Alert and interactive.\n", "")) is None
+    assert exclusion_reason(variant("Discharge Diagnosis:", "Discharge Diagnoses:")) == "missing sections: discharge diagnosis"
+    # "Brief Hospital Course" was tested without its colon; headings count anywhere, in any case.
+    assert exclusion_reason(variant("Brief Hospital Course:", "BRIEF HOSPITAL COURSE")) is None
+
+
+def test_the_assistant_sees_the_released_spans():
+    spans = released_spans(NOTE)
+    # The history runs from the HPI up to Social History, so Past Medical History is in it.
+    assert spans["history of present illness"].startswith("Mr. ___ is a ___ year old man")
+    assert spans["history of present illness"].endswith("Past Medical History:\nHypertension\nHyperlipidemia")
+    assert spans["chief complaint"] == "Chest pain"
+    assert spans["physical exam"].startswith("ADMISSION PHYSICAL EXAM:") and spans["physical exam"].endswith("GENERAL: Comfortable.")
+    assert spans["pertinent results"].endswith("cTropnT-0.45*")
+    assert spans["discharge diagnosis"] == "Primary: NSTEMI\nSecondary: Hypertension, hyperlipidemia"
+    case = note_case(NOTE, case_id="n1")
+    assert "Past Medical History:\nHypertension" in case.note["history of present illness"]
+
+
+def test_a_span_without_its_closing_heading_stops_at_the_next_heading():
+    # The release would run these on to the end of the text (the diagnosis included); medpanel keeps the heading's section.
+    text = ("Chief Complaint:\nFever\nHistory of Present Illness:\nThree days of cough.\nPertinent Results:\nWBC 14\n"
+            "Discharge Diagnosis:\nPneumonia\n")
+    assert released_spans(text) == {}
+    case = note_case(text, case_id="plain")
+    assert case.chief_complaint == "Fever" and case.note["pertinent results"] == "WBC 14"
+    assert "Pneumonia" not in " ".join(case.note.values()) + case.chief_complaint
 
 
 def test_note_case_shows_the_assistant_only_what_medsyn_showed():
@@ -191,11 +225,12 @@ def _write_csv(path, header, rows):
 def test_load_mimic_discharge_filters_attaches_codes_and_samples(tmp_path):
     notes = [
         ("10-DS-1", "1", "101", NOTE),  # kept
-        ("10-DS-2", "2", "102", variant("Discharge Disposition:\nHome", "Discharge Disposition:\nExpired")),  # deceased
+        ("10-DS-2", "2", "102", variant("Father with MI at age 55.", "The patient expired on ___.")),  # deceased
         ("10-DS-3", "3", "103", variant("Pertinent Results:", "Results:")),  # no pertinent results heading
         ("10-DS-4", "4", "104", variant("Chest pain", "Shortness of breath")),  # kept, ICD-9 codes only
         ("10-DS-5", "5", "105", variant("Chest pain", "Syncope")),  # kept
         ("10-DS-6", "6", "106", variant("Chest pain", "Fever")),  # kept
+        ("10-DS-7", "7", "107", variant("Discharge Disposition:\nHome", "Discharge Disposition:\nExpired")),  # passes the filters; no codes
     ]
     discharge = tmp_path / "discharge.csv.gz"
     _write_csv(discharge, ["note_id", "subject_id", "hadm_id", "note_type", "text"], [(n, s, h, "DS", t) for n, s, h, t in notes])
@@ -206,7 +241,7 @@ def test_load_mimic_discharge_filters_attaches_codes_and_samples(tmp_path):
         ("5", "105", "1", "R55", "10"), ("6", "106", "1", "R509", "10"), ("6", "106", "2", "R509", "10"),
     ])
     everything = load_mimic_discharge(discharge, diagnoses, n=None)
-    assert everything.counts == {"read": 6, "missing_sections": 1, "deceased": 1, "no_icd10": 1, "kept": 3, "sampled": 3}
+    assert everything.counts == {"read": 7, "missing_sections": 1, "deceased": 1, "no_icd10": 2, "kept": 3, "sampled": 3}
     assert [c.id for c in everything.cases] == ["mimic-10-DS-1", "mimic-10-DS-5", "mimic-10-DS-6"]
     assert everything.cases[0].reference.codes == ["I21.4", "I10"]
     assert everything.cases[2].reference.codes == ["R50.9"]  # a repeated code counts once
@@ -218,7 +253,7 @@ def test_load_mimic_discharge_filters_attaches_codes_and_samples(tmp_path):
     assert drawn.counts["sampled"] == 2
 
     without_codes = load_mimic_discharge(discharge, n=None)  # no diagnoses file: filters only, no gold codes
-    assert without_codes.counts["kept"] == 4 and without_codes.cases[0].reference.codes == []
+    assert without_codes.counts["kept"] == 5 and without_codes.cases[0].reference.codes == []
 
     with pytest.raises(UsageError, match="only 3 passed"):
         load_mimic_discharge(discharge, diagnoses, n=4)

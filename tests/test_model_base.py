@@ -104,12 +104,13 @@ async def test_budget_caps_stop_loudly_with_what_was_spent():
 async def test_price_table_costs_and_dollar_cap(tmp_path):
     prices = tmp_path / "prices.yaml"
     prices.write_text("fake: {input: 1.0, output: 2.0}\n")
-    runtime = Runtime(prices=PriceTable.default().load(prices), budget=Budget(max_dollars=0.004))
+    # A call reserves its worst case first: ~7 prompt tokens (estimated) + max_tokens=1 -> $0.009 fits $0.012.
+    runtime = Runtime(prices=PriceTable.default().load(prices), budget=Budget(max_dollars=0.012))
     model = ScriptedModel(["w1 w2"], responder=None, runtime=runtime)
-    reply = await model.complete("p1 p2 p3")  # 3 words in, 2 words out in the scripted model's count
+    reply = await model.complete("p1 p2 p3", max_tokens=1)  # 3 words in, 2 words out in the scripted model's count
     assert reply.cost_usd == pytest.approx(3 / 1000 * 1.0 + 2 / 1000 * 2.0)
-    with pytest.raises(BudgetExceeded, match="dollars"):
-        await model.complete("again")
+    with pytest.raises(BudgetExceeded, match="dollars"):  # $0.007 spent + ~$0.008 worst case > $0.012: not sent
+        await model.complete("again", max_tokens=1)
     assert PriceTable.default().lookup("gpt-4o-mini-2024-07-18") == (0.00015, 0.0006)
 
 

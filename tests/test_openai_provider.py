@@ -91,10 +91,11 @@ async def test_price_table_sets_cost(make):
     assert runtime.budget.input_tokens == 4
 
 
-async def test_price_params_in_the_spec(make):
+async def test_price_params_in_the_spec(make, srv):
     runtime = Runtime(retry=FAST, prices=PriceTable({}))
     reply = await make("priced", runtime=runtime, query="?price_in=0.5&price_out=1.5").complete("a b")
-    assert runtime.prices.lookup("priced") == (0.5, 1.5)
+    # The spec prices this server's model only: the same name elsewhere is not priced by it.
+    assert runtime.prices.lookup("priced", srv.base_url) == (0.5, 1.5) and runtime.prices.lookup("priced") is None
     assert reply.cost_usd == pytest.approx(2 / 1000 * 0.5 + 2 / 1000 * 1.5)
 
 

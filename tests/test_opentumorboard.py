@@ -77,7 +77,7 @@ def test_specialist_turn_records(tmp_path):
     path = write_gz(tmp_path / "task2_validation.jsonl.gz", [TURN_RECORD])
     (case,) = load_otb_records(path)
     assert case.id == "qa_000001" and case.question == TURN_RECORD["question"] and case.target_role == "surgeon"
-    assert case.reference.answer_text == TURN_RECORD["reference_answer"] and case.reference.conclusion is None
+    assert case.reference.answer == TURN_RECORD["reference_answer"] and case.reference.conclusion is None  # the field the judge reads
     assert case.metadata["qa_type"] == "treatment_recommendation"
     assert case.metadata["qa_type_candidates"] == ["treatment_recommendation", "next_action_suggestion"]
     assert case.metadata["source_aliases"][0]["qa_index"] == 3 and case.metadata["otb_task"] == "specialist_turn"
@@ -188,3 +188,17 @@ def test_uncompressed_otb_jsonl_is_recognised_by_its_fields(tmp_path):
     plain.write_text(json.dumps(BOARD_RECORD) + "\n")
     (case,) = load_dataset(str(plain))
     assert case.metadata["otb_task"] and case.reference.conclusion == BOARD_RECORD["reference_conclusion"]
+
+
+def test_board_predictions_use_the_benchmarks_own_reader(tmp_path):
+    # The released evaluation reader rejects capitalised turn heads; the lenient one reads them.
+    # responses.jsonl's parse_status must be what the benchmark itself would say.
+    cases = load_otb_records(write_gz(tmp_path / "task1_test.jsonl.gz", [BOARD_RECORD]))
+    capitals = ("<discussion>\n<Turn 1> Moderator: Is focal therapy reasonable?\n<Turn 2> Surgeon: Yes, it is localized.\n"
+                "</discussion>\n<conclusion>The board offers focal therapy. Trial enrolment is preferred.</conclusion>")
+    write_otb_predictions(tmp_path / "responses.jsonl", cases, {"sim_000001": capitals}, model="m")
+    from medpanel.scoring.board_format import parse_board_response
+
+    row = read_jsonl(tmp_path / "responses.jsonl")[0]
+    assert row["parse_status"] == parse_board_response(capitals, reader="released").status
+    assert parse_board_response(capitals, reader="released").status != parse_board_response(capitals).status

@@ -40,7 +40,7 @@ async def test_run_scores_every_item_and_records_failures(store):
     runtime = Runtime(cache=store)
     panel = Panel.of([ScriptedModel(responder=answer_by_question({"q3"}), runtime=runtime)])
     result = await run_benchmark(store, config(concurrency=4), runtime, panel=panel, cases=mcq(10))
-    assert result.status == "done"
+    assert result.status == "done_with_failures"  # one item failed: the run says so
     items = {i["item_id"]: i for i in store.items(result.run_id)}
     assert len(items) == 10
     assert items["q3"]["status"] == "failed" and items["q3"]["error_kind"] == "bad_request"
@@ -148,8 +148,8 @@ def test_one_item_of_a_named_dataset(shared_data):
 def test_counts_get_a_t_interval_even_when_they_are_all_ones():
     from medpanel.runs.summary import mean_interval
 
-    assert mean_interval([1.0, 1.0, 0.0, 1.0])["method"] == "wilson"  # a proportion
-    counted = mean_interval([1.0, 1.0, 1.0], count=True)  # three consults of one turn each
+    assert mean_interval([1.0, 1.0, 0.0, 1.0], "accuracy")["method"] == "wilson"  # a proportion
+    counted = mean_interval([1.0, 1.0, 1.0], "turns")  # three consults of one turn each
     assert counted["method"] == "t" and counted["low"] == counted["high"] == 1.0  # no spread, no width
 
 

@@ -109,7 +109,7 @@ async def test_vision_model_gets_the_slide_images(tmp_path):
     model = answering("Offer SBRT without ADT.")  # the scripted model declares vision
     await SPEC.run(case, Panel.of([model]), SpecialistSettings())
     request = model.history[0]
-    assert len(request.messages[-1].images) == 4 and "Read the image itself" in request.messages[0].content
+    assert len(request.messages[-1].images) == 4 and "go by the image" in request.messages[0].content
 
 
 LONG = "Give nivolumab with chemotherapy. Three cycles. Then restage with CT and PET. Operate if she stays fit."
@@ -220,9 +220,14 @@ async def test_bench_expands_specialist_questions_and_breaks_scores_down_by_type
                            settings={"judge": f"openai:judge@{srv.base_url}"})
         result = await run_benchmark(store, config, runtime, panel=build_panel(config.models, runtime))
     items = store.items(result.run_id)
-    assert sorted(i["item_id"] for i in items) == ["lung-adeno-iiia-n2-q1", "lung-adeno-iiia-n2-q2", "prostate-gg2-right-base-q1", "prostate-gg2-right-base-q2"]
+    from medpanel.cases import load_dataset
+
+    expected = [f"{case.id}-q{i}" for case in load_dataset(str(ROOT / "examples"))
+                for i in range(1, len(case.metadata["specialist_questions"]) + 1)]
+    assert {"lung-adeno-iiia-n2-q1", "lung-adeno-iiia-n2-q2", "prostate-gg2-right-base-q1", "prostate-gg2-right-base-q2"} <= set(expected)
+    assert sorted(i["item_id"] for i in items) == sorted(expected)
     by_type = breakdown(store, result.run_id, "qa_type")
     assert set(by_type) == {"findings_interpretation", "treatment_recommendation", "eligibility_assessment"}
     assert all({"clinical_equivalence", "critical_error", "unsupported_claim"} <= set(scores) for scores in by_type.values())
     by_role = breakdown(store, result.run_id, "target_role")
-    assert sum(s["clinical_equivalence"]["n"] for s in by_role.values()) == 4
+    assert sum(s["clinical_equivalence"]["n"] for s in by_role.values()) == len(expected)

@@ -96,14 +96,17 @@ def test_mean_t_interval_degenerate():
         mean_t_interval([1.0, 2.0], confidence=95)
 
 
-def test_summary_mean_interval_keeps_its_shape_and_uses_wilson_or_t():
-    binary = mean_interval([1.0] * 7 + [0.0] * 3)
-    assert set(binary) == {"n", "mean", "low", "high", "method"}
-    assert binary["method"] == "wilson" and binary["low"] == pytest.approx(0.396779, abs=2e-6)
-    graded = mean_interval([1, 2, 3, 4, 5])
+def test_summary_mean_interval_keeps_its_shape_and_follows_the_declared_kind():
+    # The kind comes from the score's name (medpanel.scoring.metrics), not from its values.
+    binary = mean_interval([1.0] * 7 + [0.0] * 3, "accuracy")
+    assert set(binary) == {"n", "mean", "low", "high", "method", "kind", "note"}
+    assert binary["method"] == "wilson" and binary["kind"] == "proportion" and binary["low"] == pytest.approx(0.396779, abs=2e-6)
+    graded = mean_interval([1, 2, 3, 4, 5], "some_unknown_score")
     assert graded["method"] == "t" and graded["high"] == pytest.approx(4.963243, abs=1e-6)
-    assert mean_interval([]) == {"n": 0, "mean": None, "low": None, "high": None, "method": None}
-    assert mean_interval([0.5]) == {"n": 1, "mean": 0.5, "low": None, "high": None, "method": "t"}
+    assert graded["kind"] == "undeclared (mean)" and "undeclared" in graded["note"]
+    assert mean_interval([], "accuracy")["n"] == 0 and mean_interval([], "accuracy")["mean"] is None
+    one = mean_interval([0.5], "rounds_used")
+    assert (one["n"], one["mean"], one["low"], one["high"], one["method"]) == (1, 0.5, None, None, "t")
 
 
 # ---------------------------------------------------------------- paired tests

@@ -9,8 +9,10 @@ class MedpanelError(Exception):
     exit_code = 1
 
     def __init__(self, problem: str, fix: str = "") -> None:
-        self.problem = problem
-        self.fix = fix
+        from medpanel.redact import redact  # a server may echo the API key into the message
+
+        self.problem = problem = redact(problem)
+        self.fix = fix = redact(fix)
         super().__init__(f"{problem} {fix}".strip())
 
 
@@ -50,9 +52,9 @@ class TransientModelError(ModelCallError):
 class StructuredOutputError(ModelCallError):
     """The model never produced a reply that validates against the requested schema."""
 
-    def __init__(self, problem: str, *, model: str = "", last_text: str = "") -> None:
+    def __init__(self, problem: str, *, model: str = "", last_text: str = "", fix: str = "Try a larger model, or raise --max-reasks.") -> None:
         self.last_text = last_text
-        super().__init__(problem, "Try a larger model, or raise --max-reasks.", kind="invalid_output", model=model)
+        super().__init__(problem, fix, kind="invalid_output", model=model)
 
 
 class BudgetExceeded(MedpanelError):
@@ -67,5 +69,5 @@ class BudgetExceeded(MedpanelError):
         spent_text = ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}" for k, v in spent.items())
         super().__init__(
             f"Budget cap reached: {cap} limit {limit:g}. Spent so far: {spent_text}.",
-            "Raise the cap (--max-calls / --max-tokens / --max-dollars) and resume the run with --resume RUN_ID.",
+            "Raise the cap (--max-calls / --max-tokens-total / --max-dollars) and resume the run with --resume RUN_ID.",
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
@@ -29,8 +30,18 @@ class Event(BaseModel):
     at: float = Field(default_factory=time.time)
 
 
+# While the runner runs an item, every Transcript built for it is listed here, so an item that fails
+# midway is stored with what was said before the failure (medpanel.runs.runner).
+item_transcripts: ContextVar[list["Transcript"] | None] = ContextVar("item_transcripts", default=None)
+
+
 class Transcript(BaseModel):
     events: list[Event] = Field(default_factory=list)
+
+    def model_post_init(self, __context: Any) -> None:
+        collected = item_transcripts.get()
+        if collected is not None:
+            collected.append(self)
 
     def add(self, kind: EventKind, text: str = "", **fields: Any) -> Event:
         event = Event(kind=kind, text=text, **fields)
@@ -38,7 +49,10 @@ class Transcript(BaseModel):
         return event
 
     def add_reply(self, reply: Any, *, speaker: str, role: str = "", round: int = 0, phase: str = "", data: dict | None = None) -> Event:
-        """Record a model Reply as a turn, carrying its usage and latency."""
+        """Record a model Reply as a turn, carrying its usage and latency; a reply cut by its token budget
+        gets `truncated: true` in its data (its text alone does not say so)."""
+        if getattr(reply, "finish_reason", None) == "length":
+            data = {**(data or {}), "truncated": True}
         return self.add(
             "turn",
             reply.text,

@@ -89,7 +89,13 @@ def load_case(path: str | Path) -> Case:
 
 
 def _jsonl(path: Path) -> Iterator[dict]:
-    """The records of a JSONL file: each line one JSON object (UTF-8, bounded in size); a bad line is named."""
+    """The records of a JSONL file (see `jsonl_records`)."""
+    for _, record in jsonl_records(path):
+        yield record
+
+
+def jsonl_records(path: Path) -> Iterator[tuple[int, dict]]:
+    """(line number, record) of a JSONL file: each line one JSON object (UTF-8, bounded in size); a bad line is named."""
     try:
         fh = path.open("rb")
     except OSError as exc:
@@ -110,7 +116,7 @@ def _jsonl(path: Path) -> Iterator[dict]:
             if not isinstance(record, dict):
                 raise UsageError(f"{path}:{line_no} is a JSON {type(record).__name__}, not an object.", "Each line must be one JSON object ({...}).")
             check_structure(record, f"{path}:{line_no}")
-            yield record
+            yield line_no, record
 
 
 def load_medagents_file(path: Path, prefix: str, metadata: Callable[[dict], dict] = lambda row: {}) -> Iterator[Case]:

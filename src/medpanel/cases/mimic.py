@@ -7,20 +7,36 @@ hosp/diagnoses_icd.csv for the gold ICD-10 codes:
     sample = load_mimic_discharge("discharge.csv.gz", diagnoses_csv="diagnoses_icd.csv.gz")  # 1,000 notes, seed 13
     sample.cases[0].chief_complaint, sample.counts
 
-What it does, in order (MedSyn §3):
+What it does, in order, as MedSyn's released notebook (src/create_mimicIV_sample.ipynb) did:
 
-1. Split every note into its sections by the headings MIMIC writes at the start of a line
-   ("Chief Complaint:", "History of Present Illness:", ...), case-insensitively (`parse_sections`).
-2. Keep a note only if all twelve sections the paper requires are present (`REQUIRED_SECTIONS`).
-3. Drop notes of patients who died (`is_deceased`): "deceased" anywhere in the note or "patient
-   expired" anywhere (the released notebook's test), or a discharge disposition or condition of "Expired".
-4. With a diagnoses file: keep notes whose admission has ICD-10 diagnosis codes (gold, in seq_num order).
-5. Draw `n` notes with `seed` the way pandas' DataFrame.sample(n, random_state=seed) draws rows
+1. Keep a note only if its text (in any letter case; the release lower-cased notes) contains each
+   of the eleven headings the release tested for, anywhere (`REQUIRED_SECTIONS`): chief complaint,
+   history of present illness, major surgical or invasive procedure, social history, physical exam,
+   pertinent results, brief hospital course (tested without its colon), medications on admission,
+   discharge medications, discharge diagnosis, discharge instructions. "Discharge Condition" is not
+   required, and "Discharge Diagnoses:" does not count as "discharge diagnosis:".
+2. Drop notes that contain "deceased" or "patient expired" anywhere (`is_deceased`); nothing else
+   (a "Discharge Disposition: Expired" alone does not drop a note).
+3. With a diagnoses file: keep notes whose admission has ICD-10 diagnosis codes (gold, in seq_num order).
+4. Draw `n` notes with `seed` the way pandas' DataFrame.sample(n, random_state=seed) draws rows
    (numpy RandomState(seed).choice(N, n, replace=False)), from the kept notes in file order.
+5. Show the assistant the release's spans (`released_spans`): the chief complaint up to "Major
+   Surgical or Invasive Procedure:"; the "history" from "History of Present Illness:" up to
+   "Social History:", so Past Medical History too; the physical exam up to "Pertinent Results:";
+   the results up to "Brief Hospital Course:". The discharge diagnosis (the reference) runs up to
+   "Discharge Condition:". Each from the first occurrence of its heading.
 
-Not repeated: the released preprocessing also dropped codes seen fewer than 10 times in the whole
-corpus before sampling; the kept-note order therefore differs from theirs, so the same seed does
-not pick the same 1,000 notes. The filters and the sampler are the paper's.
+Deviations kept, each for a reason:
+
+* Letter case: the release lower-cased whole notes; medpanel matches headings in any case but shows
+  the note as written.
+* The release dropped codes seen fewer than 10 times in the whole corpus before sampling, and kept
+  notes whose admission had ICD-10 procedure codes only; medpanel needs the diagnoses file only and
+  keeps every diagnosis code, so the kept-note order, and hence the 1,000 drawn, differ from theirs.
+* Where a span's closing heading is missing or comes before it, the release ran on to the end of
+  the text before "Brief Hospital Course:" (or stopped with an error where the opening heading
+  came only after it); medpanel then uses the section up to its next heading (`parse_sections`),
+  so the hidden discharge sections never leak into what the panel sees.
 
 A plain-text note in this format also works on its own: `note_case(text)` (used by `medpanel consult
 note.txt`).
@@ -41,21 +57,21 @@ import numpy as np
 from medpanel.cases.model import Case, Reference
 from medpanel.errors import UsageError
 
-# The twelve sections MedSyn requires in a note, in the order MIMIC writes them.
-REQUIRED_SECTIONS = (
-    "chief complaint",
-    "major surgical or invasive procedure",
-    "history of present illness",
-    "social history",
-    "physical exam",
-    "pertinent results",
-    "brief hospital course",
-    "medications on admission",
-    "discharge medications",
-    "discharge diagnosis",
-    "discharge condition",
-    "discharge instructions",
-)
+# The headings the released notebook tested for, in its order: present anywhere in the note, in any case.
+_RELEASED_REQUIRED = ("chief complaint:", "history of present illness:", "major surgical or invasive procedure:", "social history:",
+                      "physical exam:", "pertinent results:", "brief hospital course", "medications on admission:",
+                      "discharge medications:", "discharge diagnosis:", "discharge instructions:")
+REQUIRED_SECTIONS = tuple(marker.rstrip(":") for marker in _RELEASED_REQUIRED)
+# The release's spans: section -> (opening heading, closing heading); each searched for from the
+# opening's first occurrence, in the text before "brief hospital course:" (the diagnosis in all of it).
+_SPANS = {
+    "chief complaint": ("chief complaint:", "major surgical or invasive procedure:"),
+    "history of present illness": ("history of present illness:", "social history:"),
+    "physical exam": ("physical exam:", "pertinent results:"),
+    "pertinent results": ("pertinent results:", "brief hospital course:"),
+}
+_DIAGNOSIS_SPAN = ("discharge diagnosis:", "discharge condition:")
+_DEATH_MARKERS = ("deceased", "patient expired")
 # What MedSyn's assistant was shown: the chief complaint, HPI, physical exam and pertinent results.
 ASSISTANT_SECTIONS = ("chief complaint", "history of present illness", "physical exam", "pertinent results")
 # Written at discharge: the reference, never shown to the panel.
@@ -100,8 +116,6 @@ _HEADING_RE = re.compile(
     r"^[ \t]*(" + "|".join(re.escape(h) for h in sorted(_HEADINGS, key=len, reverse=True)) + r")[ \t]*:",
     re.IGNORECASE | re.MULTILINE,
 )
-_DECEASED = re.compile(r"\bdeceased\b|\bpatient expired\b", re.IGNORECASE)
-_EXPIRED = re.compile(r"\bexpired\b", re.IGNORECASE)
 
 
 def parse_sections(text: str) -> dict[str, str]:
@@ -121,28 +135,50 @@ def parse_sections(text: str) -> dict[str, str]:
     return sections
 
 
-def missing_sections(sections: dict[str, str], required: Iterable[str] = REQUIRED_SECTIONS) -> list[str]:
-    """Required sections whose heading does not appear (an empty body still counts as present)."""
-    return [name for name in required if name not in sections]
+def _lower(text: str) -> str:
+    """The text lower-cased letter for letter, so positions in it are positions in the text."""
+    low = text.lower()
+    return low if len(low) == len(text) else "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
 
 
-def is_deceased(text: str, sections: dict[str, str] | None = None) -> bool:
-    """Whether the note records the patient's death (see the module docstring for the rule)."""
-    if _DECEASED.search(text or ""):
-        return True
-    sections = sections if sections is not None else parse_sections(text)
-    return any(_EXPIRED.search(sections.get(name, "")) for name in ("discharge disposition", "discharge condition"))
+def missing_sections(text: str) -> list[str]:
+    """Required headings the note does not contain (an empty body still counts: the release tested the heading)."""
+    low = _lower(text or "")
+    return [name for name, marker in zip(REQUIRED_SECTIONS, _RELEASED_REQUIRED) if marker not in low]
+
+
+def is_deceased(text: str) -> bool:
+    """Whether the note says "deceased" or "patient expired" anywhere, in any case (the released filter)."""
+    low = _lower(text or "")
+    return any(marker in low for marker in _DEATH_MARKERS)
 
 
 def exclusion_reason(text: str) -> str | None:
     """Why MedSyn's filters drop this note ("missing sections: ...", "deceased"), or None to keep it."""
-    sections = parse_sections(text)
-    missing = missing_sections(sections)
+    missing = missing_sections(text)
     if missing:
         return "missing sections: " + ", ".join(missing)
-    if is_deceased(text, sections):
+    if is_deceased(text):
         return "deceased"
     return None
+
+
+def released_spans(text: str) -> dict[str, str]:
+    """The sections as MedSyn's notebook cut them (see the module docstring), where both headings are found in order."""
+    low = _lower(text or "")
+    cut = low.find("brief hospital course:")
+    before = len(low) if cut < 0 else cut
+    spans = {}
+    for name, (opening, closing) in [*_SPANS.items(), ("discharge diagnosis", _DIAGNOSIS_SPAN)]:
+        limit = len(low) if name == "discharge diagnosis" else before
+        start = low.find(opening, 0, limit)
+        if start < 0:
+            continue
+        start += len(opening)
+        end = limit if name == "pertinent results" and cut >= 0 else low.find(closing, start, limit)
+        if end >= 0:
+            spans[name] = text[start:end].strip()
+    return spans
 
 
 def seeded_sample(total: int, n: int, seed: int = 13) -> list[int]:
@@ -163,8 +199,9 @@ def normalise_mimic_code(code: str) -> str:
 def note_case(text: str, *, case_id: str = "note", source: str = "", codes: list[str] | None = None,
               visible: Iterable[str] = ASSISTANT_SECTIONS, metadata: dict | None = None) -> Case:
     """A consult Case from one discharge note: the chief complaint for the physician, the `visible`
-    sections for the assistant, the discharge diagnosis (and `codes`) as the reference."""
-    sections = parse_sections(text)
+    sections for the assistant, the discharge diagnosis (and `codes`) as the reference. The sections
+    MedSyn cut by its own spans (`released_spans`) are cut that way; others run to their next heading."""
+    sections = parse_sections(text) | released_spans(text)  # the release's spans win where they were found
     if not sections.get("chief complaint"):
         raise UsageError(f"Note '{case_id}' has no 'Chief Complaint:' section.",
                          "Start a line with 'Chief Complaint:' followed by the complaint, or give a case YAML with chief_complaint.")

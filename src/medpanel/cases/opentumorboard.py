@@ -5,7 +5,7 @@ Read (`load_otb_records`, gzipped or plain JSONL; the kind is told from each rec
 * Board Simulation records (task1_*.jsonl.gz: `simulation_id`, `case_summary`, `slides`,
   `reference_conclusion`) -> Case(summary, slides, reference.conclusion).
 * Specialist Turn records (task2_*.jsonl.gz: `qa_id`, `qa_type`, `target_specialist_role`,
-  `question`, `reference_answer`) -> Case(question, target_role, reference.answer_text).
+  `question`, `reference_answer`) -> Case(question, target_role, reference.answer).
 * ShareGPT test-input manifests (test_inputs/*.jsonl.gz: `format: "sharegpt"`, `id`, `metadata`,
   `conversations`, optional `images`) -> the same Cases from `metadata`, without references; the
   exact system and user texts are kept in metadata (`sharegpt_system`, `sharegpt_user`).
@@ -42,6 +42,7 @@ from pydantic import BaseModel
 
 from medpanel.cases.model import Case, Reference, Slide
 from medpanel.errors import UsageError
+from medpanel.reply_text import strip_reply
 from medpanel.scoring.board_format import parse_board_response
 
 OtbTask = Literal["board_simulation", "specialist_turn"]
@@ -146,6 +147,11 @@ def _case(record: dict, task: OtbTask, path: Path, where: str, manifest_row: dic
     metadata: dict[str, Any] = {k: v for k, v in record.items() if k not in _MAPPED}
     metadata |= {"otb_task": task, "slides_text": record.get("slides") or "",
                  "input": "sharegpt_manifest" if manifest_row is not None else "record"}
+    # The judges' `released` mode rebuilds the benchmark's judge text from the fields as released, unstripped.
+    raw = {name: record[name] for name in ("case_summary", "question", "target_specialist_role")
+           if isinstance(record.get(name), str) and record[name] != record[name].strip()}
+    if raw:
+        metadata["raw_fields"] = raw
     slides = parse_slides(record.get("slides"))
     if manifest_row is not None:
         turns = {turn.get("from"): turn.get("value") for turn in manifest_row.get("conversations") or [] if isinstance(turn, dict)}
@@ -161,7 +167,8 @@ def _case(record: dict, task: OtbTask, path: Path, where: str, manifest_row: dic
         slides=slides,
         question=(record.get("question") or "").strip(),
         target_role=(record.get("target_specialist_role") or "").strip(),
-        reference=Reference(conclusion=record.get("reference_conclusion"), answer_text=record.get("reference_answer")),
+        # A Specialist Turn reference is free text: `answer`, the field the clinical-equivalence judge reads.
+        reference=Reference(conclusion=record.get("reference_conclusion"), answer=record.get("reference_answer")),
         metadata=metadata,
     )
 
@@ -207,10 +214,10 @@ def _task_of_case(case: Case, task: OtbTask | None) -> OtbTask:
 
 
 def _specialist_parse(raw: str) -> tuple[dict | None, str, str | None]:
-    text = raw.strip()
-    if text.startswith("```"):
-        lines = text.splitlines()[1:]
-        text = "\n".join(lines[:-1] if lines and lines[-1].strip() == "```" else lines).strip()
+    stripped = strip_reply(raw)
+    if stripped.unclosed_reasoning:  # cut off while thinking: no answer, never the reasoning read as one
+        return None, "raw_fallback", "reasoning never closed: no answer"
+    text = stripped.text
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -221,7 +228,7 @@ def _specialist_parse(raw: str) -> tuple[dict | None, str, str | None]:
 
 
 def _board_parse(raw: str) -> tuple[dict | None, str, list[str]]:
-    parsed = parse_board_response(raw)
+    parsed = parse_board_response(raw, reader="released")  # the benchmark's own reading, as its responses.jsonl expects
     if parsed.conclusion is None:
         return None, parsed.status, parsed.warnings
     output = {

@@ -10,10 +10,8 @@ from __future__ import annotations
 import signal
 import sys
 
-from rich.markup import escape
-
 from medpanel.cli import core, board, judge, debate, osce, consult, scoring, replay, report  # noqa: F401, I001  (importing registers the commands, in help order)
-from medpanel.cli.common import app, err
+from medpanel.cli.common import app, err, styled
 from medpanel.errors import MedpanelError
 
 
@@ -31,9 +29,9 @@ def main() -> None:
         app()
     except MedpanelError as exc:
         # The problem and fix are plain text: '[local]' in an install hint is not markup.
-        err.print("[bold red]Error:[/] " + escape(exc.problem))
+        err.print(styled(("Error:", "bold red"), " ", exc.problem))
         if exc.fix:
-            err.print(exc.fix, markup=False)
+            err.print(exc.fix)
         sys.exit(exc.exit_code)
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from medpanel.errors import UsageError
+from medpanel.literal import visible
+from medpanel.redact import redact
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Seat a panel of AI and human clinicians around a patient case, and measure how well they deliberate.")
@@ -18,26 +22,66 @@ score_app = typer.Typer(no_args_is_help=True, help="Score a response or predicti
 replay_app = typer.Typer(no_args_is_help=True, help="Replay recorded deliberations (e.g. MCC's published debate logs).")
 app.add_typer(score_app, name="score")
 app.add_typer(replay_app, name="replay")
-out = Console()
-err = Console(stderr=True, soft_wrap=True)  # messages stay whole lines, greppable in logs
+
+
+class LiteralConsole(Console):
+    """A console that prints every string literally: no markup, no emoji codes, no highlighting, and
+    control characters made visible (medpanel.literal.visible). This holds for strings given to
+    print() and for strings inside tables and other renderables, since all go through render_str.
+    Our own styled messages are built with `styled(...)`, never by writing markup into a string."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.update(markup=False, emoji=False, highlight=False)
+        super().__init__(**kwargs)
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:  # type: ignore[override]
+        kwargs.update(markup=False, emoji=False, highlight=False)
+        return super().render_str(visible(redact(text)), **kwargs)
+
+
+def styled(*parts: str | tuple[object, str] | Text) -> Text:
+    """One styled line from parts: a plain value (shown literally) or a (value, style) pair, e.g.
+    styled(("Conclusion", "bold green"), ": ", answer). Every value is made visible first, so model or
+    case text in any part can neither be markup nor reach the terminal as a control character."""
+    line = Text()
+    for part in parts:
+        if isinstance(part, Text):
+            line.append_text(part)
+        elif isinstance(part, tuple):
+            line.append(visible(redact(str(part[0]))), style=part[1])
+        else:
+            line.append(visible(redact(str(part))))
+    return line
+
+
+out = LiteralConsole()
+err = LiteralConsole(stderr=True, soft_wrap=True)  # messages stay whole lines, greppable in logs
 
 # ---------------------------------------------------------------- shared options
 
 StoreOpt = Annotated[Optional[Path], typer.Option("--store", envvar="MEDPANEL_STORE", help="SQLite store file (runs, transcripts, model-call cache).")]
 JsonOpt = Annotated[bool, typer.Option("--json", envvar="MEDPANEL_JSON", help="Print machine-readable JSON.")]
 NoCacheOpt = Annotated[bool, typer.Option("--no-cache", envvar="MEDPANEL_NO_CACHE", help="Do not serve model calls from the cache (they are still recorded).")]
-PricesOpt = Annotated[Optional[Path], typer.Option("--prices", envvar="MEDPANEL_PRICES", help="YAML/JSON price table: model -> {input, output} USD per 1K tokens.")]
+PricesOpt = Annotated[Optional[Path], typer.Option("--prices", envvar="MEDPANEL_PRICES", help="YAML/JSON price table: model (or model@base_url) -> {input, output} USD per 1K tokens.")]
 MaxCallsOpt = Annotated[Optional[int], typer.Option("--max-calls", envvar="MEDPANEL_MAX_CALLS", min=0, help="Hard cap on (uncached) model calls.")]
 MaxTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens-total", envvar="MEDPANEL_MAX_TOKENS_TOTAL", min=0, help="Hard cap on tokens in + out.")]
-MaxDollarsOpt = Annotated[Optional[float], typer.Option("--max-dollars", envvar="MEDPANEL_MAX_DOLLARS", min=0, help="Hard cap on dollars spent.")]
-TimeoutOpt = Annotated[float, typer.Option("--timeout", envvar="MEDPANEL_TIMEOUT", min=0.1, help="Seconds before one model request times out (it is then retried).")]
+MaxDollarsOpt = Annotated[Optional[float], typer.Option("--max-dollars", envvar="MEDPANEL_MAX_DOLLARS", min=0, help="Hard cap on dollars spent; every billed model needs a known price (see --prices).")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", envvar="MEDPANEL_TIMEOUT", min=0.1,
+                                           help="Seconds one request attempt may take in all (a total deadline, body included; then it is retried). "
+                                                "Worst case of one call: 6 attempts x TIMEOUT + 5 waits x 30 s (870 s at the default).")]
 ReasksOpt = Annotated[int, typer.Option("--max-reasks", envvar="MEDPANEL_MAX_REASKS", min=0, max=10, help="Re-asks after a reply that fails its schema.")]
 
 
-def open_store(path: Path | None):
+def open_store(path: Path | None, *, create: bool = True):
+    """The store at --store (or the default). Read-only commands pass create=False: a missing store is an
+    error, never an empty new file. A path given by the user must be in an existing folder (a typo is not
+    a new folder); a new store is announced on stderr."""
     from medpanel.runs.store import Store
 
-    return Store(path)
+    db = Store(path, create=create, make_folder=path is None)
+    if db.created:
+        err.print(f"Created a new store: {db.path}", markup=False, highlight=False)
+    return db
 
 
 def make_runtime(store, *, no_cache=False, prices=None, max_calls=None, max_tokens=None, max_dollars=None, timeout=120.0, max_reasks=2):
@@ -52,8 +96,14 @@ def make_runtime(store, *, no_cache=False, prices=None, max_calls=None, max_toke
                    prices=table, timeout_s=timeout, max_reasks=max_reasks)
 
 
+_JSON_RAW_CONTROLS = re.compile(r"[\x7f-\x9f]")  # json.dumps escapes C0 controls itself, not DEL and C1
+
+
 def print_json(data: Any) -> None:
-    out.print_json(json.dumps(data, default=str))
+    """`data` as indented JSON on stdout; a string's DEL and C1 characters are written as \\u escapes, so
+    no control character from model text reaches the terminal and the output still parses the same."""
+    text = _JSON_RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", redact(json.dumps(data, default=str, indent=2, ensure_ascii=False)))
+    out.print(Text(text), soft_wrap=True)
 
 
 def split_models(models: list[str] | None) -> list[str]:

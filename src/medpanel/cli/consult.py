@@ -7,12 +7,12 @@ import dataclasses
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.markup import escape
 from rich.table import Table
 
 from medpanel.cli.common import (JsonOpt, NoCacheOpt, ReasksOpt, StoreOpt, TimeoutOpt, app, err, make_runtime, open_store,
-                                 out, parse_sets, print_json, score_app)
-from medpanel.errors import MedpanelError, UsageError
+                                 out, parse_sets, print_json, score_app, styled)
+from medpanel.errors import UsageError
+from medpanel.cli.core import loads_local, progress_event, single_item_failed  # noqa: E402
 
 CONSULT_PROTOCOLS = ("consult", "baseline", "baseline-note")
 
@@ -22,31 +22,28 @@ def _seat_spec(spec: str, seat: str) -> str:
     return f"human:{seat}" if spec.strip().lower() == "human" else spec
 
 
-def _say(markup: str) -> None:
+def _say(*parts) -> None:
     # Whole lines (the terminal wraps them), so what was said can be searched for as it was written.
-    out.print(markup, soft_wrap=True, highlight=False)
+    out.print(styled(*parts), soft_wrap=True)
 
 
 def _show_event(event) -> None:
     data = event.data
     if event.kind == "turn" and event.speaker == "Physician":
         verb = "submits" if data.get("action") == "submit" else "asks"
-        _say(f"[dim]turn {event.round}[/] [bold cyan]Physician[/] {verb}: {escape(data.get('message', event.text))}")
+        _say((f"turn {event.round}", "dim"), " ", ("Physician", "bold cyan"), f" {verb}: ", str(data.get("message", event.text)))
     elif event.kind == "turn":
-        _say(f"[dim]turn {event.round}[/] [bold magenta]{event.speaker}[/]: {escape(event.text.strip())}")
+        _say((f"turn {event.round}", "dim"), " ", (event.speaker, "bold magenta"), ": ", event.text.strip())
     elif event.kind == "decision":
-        _say(f"[bold green]Discharge[/]: {escape(str(data.get('diagnosis')))} | codes: {', '.join(data.get('codes') or []) or '(none)'}")
+        _say(("Discharge", "bold green"), ": ", str(data.get("diagnosis")), " | codes: ", ", ".join(data.get("codes") or []) or "(none)")
     else:
-        _say(f"[yellow]{escape(event.text)}[/]")
+        _say((event.text, "yellow"))
 
 
 def _code_rows(codes: list[str]) -> list[dict[str, Any]]:
     from medpanel.scoring.icd10 import code_table
 
-    try:
-        table = code_table()
-    except UsageError:
-        return [{"code": c, "valid": None, "description": None, "chapter": None} for c in codes]
+    table = code_table()  # a missing table is a UsageError naming the data folder, never blank columns
     rows = []
     for code in codes:
         info = table.info(code)
@@ -59,8 +56,8 @@ def _code_rows(codes: list[str]) -> list[dict[str, Any]]:
 def _print_codes(title: str, rows: list[dict[str, Any]]) -> None:
     table = Table("code", "exists", "chapter", "description", title=title, title_justify="left")
     for r in rows:
-        exists = "?" if r["valid"] is None else ("yes" if r["valid"] else "[red]no[/]")
-        table.add_row(r["code"], exists, str(r.get("chapter") or ""), escape(r["description"] or ""))
+        exists = "?" if r["valid"] is None else ("yes" if r["valid"] else styled(("no", "red")))
+        table.add_row(r["code"], exists, str(r.get("chapter") or ""), r["description"] or "")
     out.print(table)
 
 
@@ -82,7 +79,7 @@ def consult(
     assistant: Annotated[Optional[str], typer.Option("--assistant", envvar="MEDPANEL_ASSISTANT", help="Model spec in the assistant's chair, or 'human' (default: the physician's model; 'local' when the physician is human).")] = None,
     protocol: Annotated[str, typer.Option("--protocol", "-p", envvar="MEDPANEL_CONSULT_PROTOCOL", help="consult, or a baseline: baseline (chief complaint only), baseline-note (full note).")] = "consult",
     max_turns: Annotated[int, typer.Option("--max-turns", envvar="MEDPANEL_MAX_TURNS", min=3, max=200, help="Messages in all, the discharge included; past it the consult is unfinished.")] = 20,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Tokens per question, answer and discharge.")] = 256,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Tokens per question, answer and discharge (default: fit the seat; 256 on the embedded model, 1024 on others, reasoning models 16000 more).")] = None,
     sections: Annotated[Optional[str], typer.Option("--sections", envvar="MEDPANEL_SECTIONS", help="For a text note: sections the assistant sees, comma-separated (default: chief complaint, history of present illness, physical exam, pertinent results).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", envvar="MEDPANEL_CONSULT_SET", help="Protocol setting KEY=VALUE (repeatable), e.g. --set min_questions=2.")] = None,
     store: StoreOpt = None,
@@ -95,25 +92,26 @@ def consult(
     from medpanel.cases.notes import load_consult_case
     from medpanel.models import build_model
     from medpanel.protocols import Panel, get_protocol
+    from medpanel.protocols.base import build_settings
     from medpanel.protocols.consult import ASSISTANT, PHYSICIAN, briefing
     from medpanel.runs.runner import RunConfig, run_benchmark
 
     if protocol not in CONSULT_PROTOCOLS:
         raise UsageError(f"'{protocol}' is not a consult protocol.", f"Use one of: {', '.join(CONSULT_PROTOCOLS)}.")
+    from medpanel.scoring.icd10 import code_table
+
     visible = tuple(s.strip().lower() for s in sections.split(",") if s.strip()) if sections else None
     case = load_consult_case(note_file, visible)
+    code_table()  # before any model call: scoring needs the ICD-10-CM table, and a missing one is a UsageError
     physician_spec = _seat_spec(physician, PHYSICIAN)
     assistant_spec = _seat_spec(assistant or ("local" if physician_spec.startswith("human") else physician), ASSISTANT)
-    settings = {"max_tokens": max_tokens, "discharge_max_tokens": max_tokens} | parse_sets(set_)
+    settings = ({"max_tokens": max_tokens, "discharge_max_tokens": max_tokens} if max_tokens is not None else {}) | parse_sets(set_)
     if protocol == "consult":
         settings["max_turns"] = max_turns
     else:
-        settings.pop("max_tokens")
+        settings.pop("max_tokens", None)
     spec = get_protocol(protocol)
-    try:
-        spec.settings.model_validate(settings)
-    except ValueError as exc:
-        raise UsageError(f"Invalid consult settings: {exc}", "Check --max-turns and the --set values.") from None
+    build_settings(spec.settings, settings, spec.name)  # unknown keys and bad values: a usage error naming the settings
 
     db = open_store(store)
     runtime = make_runtime(db, no_cache=no_cache, timeout=timeout, max_reasks=max_reasks)
@@ -122,13 +120,20 @@ def consult(
     panel = Panel.of(chairs, names=[physician_spec, assistant_spec][: len(chairs)])
     config = RunConfig(dataset=note_file, protocol=protocol, models=[physician_spec, assistant_spec], settings=settings)
 
+    if as_json:  # no dialogue on stdout, but a line per turn on stderr
+        quiet = spec
+
+        async def run_progress(c, p, s):
+            return await quiet.run(c, p, s.model_copy(update={"on_event": progress_event}))
+
+        spec = dataclasses.replace(spec, run=run_progress)
     if not as_json:
-        err.print(f"[dim]{protocol} on {case.id}: physician {physician_spec}"
-                  + (f", assistant {assistant_spec}" if protocol == "consult" else "") + " (the first local call loads the model)...[/]")
-        _say(f"[bold]Chief complaint[/]: {escape(case.chief_complaint)}")
+        err.print(f"{protocol} on {case.id}: physician {physician_spec}"
+                  + (f", assistant {assistant_spec}" if protocol == "consult" else "") + f"{loads_local(physician_spec, assistant_spec)}...", style="dim")
+        _say(("Chief complaint", "bold"), ": ", case.chief_complaint)
         for seat, seat_spec in ((PHYSICIAN, physician_spec), (ASSISTANT, assistant_spec)):
             if seat_spec.startswith("human") and (seat == PHYSICIAN or protocol == "consult"):
-                _say(f"\n{escape(briefing(case, seat))}\n")
+                _say(f"\n{briefing(case, seat)}\n")
         # Show the dialogue as it happens, without the hook ever reaching the stored settings.
         inner = spec
 
@@ -140,43 +145,102 @@ def consult(
     items = db.items(result.run_id)
     item = items[0] if items else None
     if item is None or item["status"] != "done":
-        raise MedpanelError(f"The consult failed: {item['error'] if item else 'no result'}", f"See `medpanel show {result.run_id} --item {case.id}`.")
+        single_item_failed(result, f"The consult failed: {item['error'] if item else 'no result'}", f"See `medpanel show {result.run_id} --item {case.id}`.")
     outcome = item["outcome"]
     scores = {row["name"]: row["value"] for row in db.scores(result.run_id) if row["item_id"] == case.id}
     codes = outcome["data"].get("codes") or []
     if as_json:
         print_json({"run_id": result.run_id, "case": case.id, "status": outcome["status"], "diagnosis": outcome.get("answer"),
-                    "codes": _code_rows(codes), "gold_codes": case.reference.codes, "scores": scores,
+                    "codes": _code_rows(codes), "unread": outcome["data"].get("unread", []), "gold_codes": case.reference.codes, "scores": scores,
                     "turns": outcome["data"].get("turns"), "events": db.events(result.run_id, case.id)})
         return
     if outcome["status"] != "ok":
-        _say(f"\n[bold yellow]Unfinished[/]: no discharge within {outcome['data'].get('max_turns')} turns.")
+        policy = outcome["data"].get("unfinished", "empty")
+        _say("\n", ("Unfinished", "bold yellow"), f": no discharge within {outcome['data'].get('max_turns')} turns; "
+             + ("scored as an empty prediction (--set unfinished=exclude leaves it out)." if policy == "empty"
+                else "left out of the ICD-10 scores (unfinished=exclude)."))
     else:
-        _say(f"\n[bold green]Diagnosis[/]: {escape(str(outcome.get('answer')))}")
+        _say("\n", ("Diagnosis", "bold green"), ": ", str(outcome.get("answer")))
         _print_codes("Discharge codes", _code_rows(codes))
-        if case.reference.codes:
-            _say(f"Gold codes: {', '.join(case.reference.codes)}")
-            _print_metrics(scores)
-    err.print(f"[dim]run {result.run_id} · {outcome['data'].get('turns')} turns · see it again with: medpanel show {result.run_id} --item {case.id}[/]")
+        if outcome["data"].get("unread"):
+            _say("Not read as codes: ", "; ".join(outcome["data"]["unread"]))
+    if case.reference.codes and any(v is not None for k, v in scores.items() if k.startswith("code_")):
+        _say(f"Gold codes: {', '.join(case.reference.codes)}")
+        _print_metrics(scores)
+    err.print(f"run {result.run_id} · {outcome['data'].get('turns')} turns · see it again with: medpanel show {result.run_id} --item {case.id}", style="dim")
 
 
 @score_app.command("icd10")
 def score_icd10(
-    pred: Annotated[str, typer.Option("--pred", envvar="MEDPANEL_PRED", help="Predicted codes, as text: 'E11.9, I10 and J18.9'.")],
-    gold: Annotated[str, typer.Option("--gold", envvar="MEDPANEL_GOLD", help="Gold codes, as text.")],
-    empty: Annotated[str, typer.Option("--empty", envvar="MEDPANEL_EMPTY", help="An empty prediction scores 'zero', or is 'exclude'd (None).")] = "zero",
+    pred: Annotated[Optional[str], typer.Option("--pred", envvar="MEDPANEL_PRED", help="Predicted codes, as text: 'E11.9, I10 and J18.9'.")] = None,
+    gold: Annotated[Optional[str], typer.Option("--gold", envvar="MEDPANEL_GOLD", help="Gold codes, as text.")] = None,
+    pairs: Annotated[Optional[str], typer.Option("--pairs", envvar="MEDPANEL_PAIRS", help='A JSONL file of {"id", "pred", "gold"} lines (strings as typed, or lists; pred null for an unfinished consult) to score at once.')] = None,
+    preset: Annotated[str, typer.Option("--preset", envvar="MEDPANEL_ICD10_PRESET", help="corrected (medpanel's scoring) or released (MedSyn's released scoring, bugs included, to compare with the paper).")] = "corrected",
+    empty: Annotated[str, typer.Option("--empty", envvar="MEDPANEL_EMPTY", help="Corrected preset: an empty prediction scores 'zero', or is 'exclude'd (None).")] = "zero",
+    set_: Annotated[Optional[list[str]], typer.Option("--set", envvar="MEDPANEL_ICD10_SET", help="unfinished=empty (a null pred scores as an empty prediction) or unfinished=exclude (left out of the means).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Precision, recall, F1 and Jaccard of predicted ICD-10 codes at code, category and chapter level."""
     from medpanel.scoring.icd10 import icd10_scores, parse_codes
+    from medpanel.scoring.icd10_pairs import PRESETS, read_pairs, score_pairs
 
-    scores = icd10_scores(pred, gold, empty=empty)  # type: ignore[arg-type]
+    if preset not in PRESETS:
+        raise UsageError(f"Unknown preset '{preset}'.", f"Use one of: {', '.join(PRESETS)}.")
+    if empty not in ("zero", "exclude"):
+        raise UsageError(f"Unknown empty-prediction policy '{empty}'.", "Use --empty zero or --empty exclude.")
+    options = parse_sets(set_)
+    unknown = set(options) - {"unfinished"}
+    if unknown:
+        raise UsageError(f"Unknown setting(s) {', '.join(sorted(unknown))} for score icd10.", "The only one is --set unfinished=empty|exclude.")
+    if pairs is not None:
+        if pred is not None or gold is not None:
+            raise UsageError("Give either --pairs or --pred and --gold, not both.", "Put single pairs in the JSONL file too.")
+        result = score_pairs(read_pairs(pairs), preset=preset, empty=empty, unfinished=str(options.get("unfinished", "empty")))  # type: ignore[arg-type]
+        for warning in result["warnings"]:
+            err.print(f"warning: {warning}", style="yellow")
+        if as_json:
+            print_json(result)
+            return
+        _print_pair_means(result)
+        return
+    if pred is None or gold is None:
+        raise UsageError("Give --pred and --gold (or --pairs FILE.jsonl).", "e.g. medpanel score icd10 --pred 'E11.9, I10' --gold 'E11.9'")
+    if preset == "released":
+        result = score_pairs([{"id": 1, "pred": pred, "gold": gold, "line": 1}], preset="released")
+        row = result["pairs"][0]
+        if as_json:
+            print_json({"preset": "released", "scores": row["scores"], "status": row["status"], "error": row.get("error")})
+            return
+        if row["scores"] is None:
+            raise UsageError(f"The released scoring cannot score this pair: {row['error']}.", "Use the corrected preset (the default).")
+        out.print("preset released: MedSyn's released scoring, bugs included (see docs/consult.md)")
+        _print_metrics(row["scores"])
+        return
     predicted, golden = parse_codes(pred), parse_codes(gold)
     if not golden:
         raise UsageError(f"No ICD-10 codes found in --gold '{gold}'.", "Give codes such as --gold 'E11.9, I10'.")
+    scores = icd10_scores(pred, gold, empty=empty)  # type: ignore[arg-type]
     if as_json:
         print_json({"predicted": _code_rows(predicted), "gold": _code_rows(golden), "scores": scores})
         return
     _print_codes("Predicted", _code_rows(predicted))
     _print_codes("Gold", _code_rows(golden))
     _print_metrics(scores)
+
+
+def _print_pair_means(result: dict[str, Any]) -> None:
+    from medpanel.scoring.icd10 import LEVELS, METRICS
+
+    c = result["counts"]
+    table = Table("level", *METRICS, title=f"Mean ICD-10 metrics over {c['scored']} of {c['pairs']} pairs (preset {result['preset']})",
+                  title_justify="left")
+    for level in LEVELS:
+        values = [result["means"][f"{level}_{m}"] for m in METRICS]
+        table.add_row(level, *("-" if v is None else f"{v:.3f}" for v in values))
+    out.print(table)
+    out.print(f"unfinished (pred null): {c['unfinished']}, "
+              + (f"left out of the means: {c['excluded_unfinished']}" if result["unfinished"] == "exclude" else "scored as empty predictions")
+              + f"; failed under the released scoring: {c['failed']}")
+    for row in result["pairs"]:
+        if row.get("error"):
+            out.print(styled(("failed", "red"), f" {row['id']}: {row['error']}"))

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.table import Table
+from rich import box
+from rich.table import Column, Table
 
 from medpanel import __version__
 from medpanel.cli.common import (JsonOpt, MaxCallsOpt, MaxDollarsOpt, MaxTokensOpt, NoCacheOpt, PricesOpt, ReasksOpt, StoreOpt,
-                                 TimeoutOpt, app, err, make_runtime, open_store, out, parse_sets, print_json, split_models)
-from medpanel.errors import BudgetExceeded, UsageError
+                                 TimeoutOpt, app, err, make_runtime, open_store, out, parse_sets, print_json, split_models, styled)
+from medpanel.errors import BudgetExceeded, MedpanelError, UsageError
 
 
 
@@ -46,11 +48,11 @@ def info(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
     if as_json:
         print_json(data)
         return
-    out.print(f"[bold]medpanel {data['version']}[/] (Python {data['python']})")
-    out.print(f"store:       {data['store']}")
+    out.print(styled((f"medpanel {data['version']}", "bold"), f" (Python {data['python']})"))
+    out.print(f"store:       {data['store']}", soft_wrap=True)  # paths whole: the terminal wraps, nothing is split
     out.print(f"data folder: {data['data_dir']}{'' if data['data_dir_exists'] else '  (missing: set MEDPANEL_DATA_DIR)'}")
     out.print("extras:      " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in data["extras"].items()))
-    out.print(f"local model: {data['local_model']}")
+    out.print(f"local model: {data['local_model']}", soft_wrap=True)
     out.print("providers:   " + ", ".join(data["providers"]))
 
 
@@ -60,16 +62,16 @@ def models(as_json: JsonOpt = False) -> None:
     from medpanel.models.pricing import DEFAULT_PRICES
     from medpanel.models.registry import PROVIDERS
 
-    examples = {"openai": "openai:gpt-4o-mini | openai:MODEL@http://127.0.0.1:8000/v1?vision=true&key_env=MY_KEY",
-                "local": "local", "scripted": "scripted:echo | scripted:replies.yaml | scripted:TEXT",
+    examples = {"openai": "openai:gpt-4o-mini | openai:MODEL@http://127.0.0.1:8000/v1?vision=true&key_env=MY_KEY&reasoning=1&small=0",
+                "local": "local | local?path=/models/x.gguf&n_ctx=8192&small=1&reasoning=1", "scripted": "scripted:echo | scripted:replies.yaml | scripted:TEXT",
                 "replay": "replay:transcript.jsonl#Speaker", "human": "human | human:SEAT"}
     rows = [{"provider": p, "description": d, "spec": examples.get(p, p)} for p, (_, _, d) in PROVIDERS.items()]
     if as_json:
         print_json({"providers": rows, "prices_per_1k": DEFAULT_PRICES})
         return
-    table = Table("provider", "spec", "what")
+    table = Table("provider", Column("spec", overflow="fold"), "what")  # the spec syntax folds, never cut
     for r in rows:
-        table.add_row(r["provider"], r["spec"], r["description"])
+        table.add_row(r["provider"], r["spec"].replace(" | ", "\n"), r["description"])
     out.print(table)
     out.print("Known prices (USD per 1K tokens in/out): " + ", ".join(f"{m} {i}/{o}" for m, (i, o) in DEFAULT_PRICES.items()))
 
@@ -104,8 +106,8 @@ def chat(
         print_json(reply.model_dump(mode="json"))
     else:
         out.print(reply.text)
-        err.print(f"[dim]{reply.model} · {reply.usage.input_tokens}+{reply.usage.output_tokens} tokens · "
-                  f"{reply.latency_s:.2f}s · ${reply.cost_usd:.6f}{' · cached' if reply.cached else ''}[/]")
+        err.print(f"{reply.model} · {reply.usage.input_tokens}+{reply.usage.output_tokens} tokens · "
+                  f"{reply.latency_s:.2f}s · ${reply.cost_usd:.6f}{' · cached' if reply.cached else ''}", style="dim")
 
 
 # ---------------------------------------------------------------- bench, runs, show
@@ -115,16 +117,23 @@ def _progress_printer(json_mode: bool):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                   TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=err, transient=False)
+                   TextColumn("{task.fields[info]}", markup=False), TimeElapsedColumn(), console=err, transient=False,
+                   disable=not err.is_terminal)  # not a terminal: the plain lines below instead
     state: dict[str, Any] = {}
 
     def hook(progress, runtime) -> None:
         if "task" not in state:
             state["task"] = bar.add_task("items", total=progress.total, completed=progress.skipped, info="")
         spent = runtime.budget.spent()
-        bar.update(state["task"], completed=progress.skipped + progress.done + progress.failed,
-                   info=f"done {progress.done} · failed {progress.failed} · ${spent['dollars']:.4f} · "
-                        f"{spent['calls']} calls ({spent['cached_calls']} cached) · {progress.rate:.2f} items/s")
+        info = (f"done {progress.done} · failed {progress.failed} · ${spent['dollars']:.4f} · "
+                f"{spent['calls']} calls ({spent['cached_calls']} cached) · {progress.rate:.2f} items/s · "
+                f"{runtime.worst_call_text()}")
+        bar.update(state["task"], completed=progress.skipped + progress.done + progress.failed, info=info)
+        if not err.is_terminal:  # a log or a pipe gets no redrawn bar: a plain line at most every 5 s, and the last
+            now, finished = time.monotonic(), progress.skipped + progress.done + progress.failed
+            if finished == progress.total or now - state.get("said", 0.0) >= 5:
+                state["said"] = now
+                err.print(f"items {finished}/{progress.total} · {info}", markup=False, highlight=False)
 
     return bar, hook
 
@@ -150,7 +159,11 @@ def bench(
     max_reasks: ReasksOpt = 2,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run a protocol over a dataset, item by item into the store; resumable."""
+    """Run a protocol over a dataset, item by item into the store; resumable.
+
+    Exit status: 0 when every item finished, 4 when any item failed (the run is done_with_failures;
+    the failed items are recorded, left out of the scores, and rerun by --resume), 3 at a budget cap,
+    2 for bad input, 130 when interrupted."""
     from medpanel.runs.runner import RunConfig, config_for_resume, run_benchmark
     from medpanel.runs.summary import summarize
 
@@ -170,45 +183,111 @@ def bench(
         with bar:
             result = asyncio.run(run_benchmark(db, config, runtime, run_id=run_id, resume=bool(resume), on_progress=hook))
     except KeyboardInterrupt:
-        err.print(f"[yellow]Interrupted.[/] Finished items are saved; continue with: medpanel bench --resume {run_id or 'last'}")
+        err.print(styled(("Interrupted.", "yellow"), f" Finished items are saved; continue with: medpanel bench --resume {run_id or 'last'}"))
         raise typer.Exit(130)
+    if result.took_over:
+        err.print(f"Run {result.run_id} was marked interrupted and resumed here: {result.took_over}.", markup=False, highlight=False)
     summary = summarize(db, result.run_id)
     if as_json:
         print_json(summary)
-    else:
-        _print_summary(summary)
-    if isinstance(result.error, BudgetExceeded):
-        err.print(f"[red]{result.error.problem}[/]\n{result.error.fix}")
-        raise typer.Exit(result.error.exit_code)
+    else:  # a cap or failures are said once, by exit_on_failed_items, not also as the run's message
+        _print_summary({**summary, "message": None} if result.error is not None else summary)
+    exit_on_failed_items(result)
+
+
+def exit_on_failed_items(result) -> None:
+    """After a run: at a budget cap, or when items failed, say so on stderr and exit with its status (3, 4)."""
+    from medpanel.runs.runner import ItemsFailed
+
+    if isinstance(result.error, (BudgetExceeded, ItemsFailed)):
+        err.print(result.error.problem, style="red")
+        err.print(result.error.fix)
+        raise typer.Exit(UsageError.exit_code if _bad_input_only(result) else result.error.exit_code)
+
+
+def _bad_input_only(result) -> bool:
+    """A run of one item that failed on bad input (a case without the field its protocol needs): exit 2, not 4."""
+    from medpanel.runs.runner import ItemsFailed
+
+    digest = result.error.digest if isinstance(result.error, ItemsFailed) else {}
+    return digest.get("of") == 1 and digest.get("failed") == 1 and digest.get("commonest_kind") in ("UsageError", "MissingExtraError")
+
+
+def progress_event(e) -> None:
+    """--json mode: stdout holds only the JSON at the end, so each event of a long deliberation is one short
+    line on stderr (progress goes to stderr always)."""
+    where = " · ".join(x for x in (e.phase, f"round {e.round}" if e.round else "") if x)
+    cost = f" · {e.output_tokens} tokens · {e.latency_s:.1f}s" if e.output_tokens or e.latency_s else ""
+    err.print(f"… {e.kind} {e.speaker}{' (' + where + ')' if where else ''}{cost}", markup=False, highlight=False)
+
+
+def loads_local(*specs: str | None) -> str:
+    """The hint that the embedded model loads on first use, only when some seat or role is local."""
+    local = any((spec or "").split("=", 1)[-1].strip().split("?")[0] == "local" for spec in specs)
+    return " (the first local run loads the model)" if local else ""
+
+
+class ItemFailedError(MedpanelError):
+    """A one-case command's item failed: exit 4 (ITEMS_FAILED_EXIT), as bench does when items failed."""
+
+    exit_code = 4
+
+
+def single_item_failed(result, problem: str, fix: str) -> None:
+    """A one-case command (board, debate, osce, consult) whose item did not finish: at a budget cap exit 3 as
+    bench does, else raise the item's error with exit 4."""
+    exit_on_failed_items(result) if isinstance(result.error, BudgetExceeded) else None
+    raise (UsageError if _bad_input_only(result) else ItemFailedError)(problem, fix)
+
+
+def _score_line(name: str, st: dict, method: bool = True) -> str:
+    if st["mean"] is None:
+        return f"  {name}: unscored (n=0)"
+    interval = f" [{st['low']:.3f}, {st['high']:.3f}]" + (f" ({st['method']})" if method else "") if st["low"] is not None else ""
+    caveat = f" · {st['note']}" if st.get("note") else ""
+    return f"  {name}: {st['mean']:.3f}{interval} n={st['n']}{caveat}"
 
 
 def _print_summary(s: dict) -> None:
-    out.print(f"[bold]run {s['run_id']}[/] · {s['protocol']} on {s['dataset']} · {', '.join(s['models'])} · {s['status']}")
+    out.print(styled((f"run {s['run_id']}", "bold"), f" · {s['protocol']} on {s['dataset']} · {', '.join(s['models'])} · {s['status']}"))
+    if s.get("roles"):
+        out.print("panel: " + (" · ".join(f"{role} {spec}" for role, spec in s["roles"].items())))
     out.print(f"items: {s['items']['done']} done, {s['items']['failed']} failed"
               + (f" ({', '.join(f'{k} {v}' for k, v in s['failures_by_kind'].items())})" if s["failures_by_kind"] else ""))
+    digest = s.get("failures") or {}
+    if digest.get("failed"):
+        out.print(styled(("commonest error", "red"), f": {digest['commonest_kind']} ({digest['commonest_count']}x): {digest['message'] or ''}"))
     for name, st in s["scores"].items():
-        interval = f" [{st['low']:.3f}, {st['high']:.3f}] ({st['method']})" if st["low"] is not None else ""
-        out.print(f"  {name}: {st['mean']:.3f}{interval} n={st['n']}")
+        out.print(_score_line(name, st))
     out.print(f"tokens {s['tokens']['input']} in / {s['tokens']['output']} out · ${s['cost_usd']:.6f} "
               f"(${s['cost_per_item_usd']:.6f}/item) · calls {s['calls']['calls']} (+{s['calls']['cached_calls']} cached) · "
               f"{s['mean_item_seconds']}s/item")
-    if s.get("message"):
-        out.print(f"[yellow]{s['message']}[/]")
+    if s.get("message") and s["status"] != "done_with_failures":  # that message is the failure line above
+        out.print(s["message"], style="yellow")
     for note in s.get("notes", []):
-        out.print(f"[dim]note: {note}[/]")
+        out.print(f"note: {note}", style="dim")
 
 
 @app.command("runs")
 def list_runs(store: StoreOpt = None, limit: Annotated[int, typer.Option("--limit", envvar="MEDPANEL_RUNS_LIMIT", min=1, help="How many runs to list.")] = 50, as_json: JsonOpt = False) -> None:
     """List runs in the store, newest first."""
-    rows = open_store(store).list_runs(limit)
+    from medpanel.runs.store import default_store_path
+
+    if not (store or default_store_path()).exists() and not as_json:
+        out.print("No runs yet (no store at " + str(store or default_store_path()) + "). Start one with: medpanel bench medqa --models local --limit 5", markup=False)
+        return
+    rows = open_store(store, create=False).list_runs(limit)
     if as_json:
         print_json(rows)
         return
     if not rows:
         out.print("No runs yet. Start one with: medpanel bench medqa --models local --limit 5")
         return
-    table = Table("run", "status", "protocol", "dataset", "models", "done", "failed", "cost $")
+    # The run id is what a user copies: it is never cut or wrapped; the other columns give way.
+    table = Table(Column("run", no_wrap=True, min_width=max(len(r["id"]) for r in rows)),
+                  *(Column(name, overflow="fold") for name in ("status", "protocol", "dataset", "models")),
+                  *(Column(name, no_wrap=True) for name in ("done", "failed", "cost $")),
+                  box=box.SIMPLE_HEAD, pad_edge=False)
     for r in rows:
         table.add_row(r["id"], r["status"], r["protocol"], r["dataset"], ", ".join(r["models"]), str(r["done"]), str(r["failed"]), f"{r['cost_usd']:.4f}")
     out.print(table)
@@ -225,7 +304,12 @@ def show(
     """Summarise a run (scores with intervals, cost, failures), or print one item's transcript."""
     from medpanel.runs.summary import summarize
 
-    db = open_store(store)
+    from medpanel.runs.store import default_store_path
+
+    if not (store or default_store_path()).exists():  # read-only: never create an empty store just to look in it
+        raise UsageError(f"No run matches '{run}': there is no store at {store or default_store_path()}.",
+                         "Check --store / MEDPANEL_STORE; runs are stored there by `medpanel bench` and the protocol commands.")
+    db = open_store(store, create=False)
     run_id = db.resolve_run_id(run)
     if item is None:
         summary = summarize(db, run_id)
@@ -239,12 +323,11 @@ def show(
         else:
             _print_summary(summary)
             for f in summary["failed_items"][:10]:
-                out.print(f"  [red]failed[/] {f['item']}#{f['repeat']}: {f['error'].splitlines()[0]}")
+                out.print(styled("  ", ("failed", "red"), f" {f['item']}#{f['repeat']}: {(f['error'] or '').splitlines()[0] if f['error'] else ''}"))
             for group, scores in (summary.get("by") or {}).get(by, {}).items():
-                out.print(f"[bold]{by} = {group}[/]")
+                out.print(f"{by} = {group}", style="bold")
                 for name, st in scores.items():
-                    interval = f" [{st['low']:.3f}, {st['high']:.3f}]" if st["low"] is not None else ""
-                    out.print(f"  {name}: {st['mean']:.3f}{interval} n={st['n']}")
+                    out.print(_score_line(name, st, method=False))
         return
     events = db.events(run_id, item)
     if not events:
@@ -259,10 +342,10 @@ def show(
 def print_event(e: dict) -> None:
     who = e.get("speaker") or e.get("kind")
     if e["kind"] == "turn":
-        out.print(f"[bold cyan]{who}[/]: {e['text']}")
+        out.print(styled((who, "bold cyan"), ": ", e["text"]))
     elif e["kind"] == "decision":
-        out.print(f"[bold green]Decision[/]: {e['text']}")
+        out.print(styled(("Decision", "bold green"), ": ", e["text"]))
     else:
-        out.print(f"[dim]{e['kind']}[/] {who}: {e['text']}")
+        out.print(styled((e["kind"], "dim"), f" {who}: ", e["text"]))
 
 

@@ -8,11 +8,10 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from pydantic import ValidationError
-
 from medpanel.cli.common import (JsonOpt, NoCacheOpt, PricesOpt, StoreOpt, TimeoutOpt, app, err, make_runtime, open_store, out,
-                                 parse_sets, print_json, split_models)
-from medpanel.errors import MedpanelError, UsageError
+                                 parse_sets, print_json, split_models, styled)
+from medpanel.errors import UsageError
+from medpanel.cli.core import exit_on_failed_items, loads_local, progress_event, single_item_failed  # noqa: E402
 
 MODES = ("mcq", "longform")
 
@@ -50,15 +49,15 @@ def _printer(options: dict[str, str]):
         if event.kind == "turn":
             choice = event.data.get("choice")
             label = f" → {choice}" if "choice" in event.data else ""
-            out.print(f"\n[bold cyan]{event.speaker}[/] [dim]round {event.round} · {event.phase}{label}[/]")
-            out.print(event.text.strip(), markup=False, highlight=False)
+            out.print(styled("\n", (event.speaker, "bold cyan"), " ", (f"round {event.round} · {event.phase}{label}", "dim")))
+            out.print(event.text.strip())
         elif event.kind == "note":
-            out.print(f"[yellow]{event.text}[/]")
+            out.print(event.text, style="yellow")
         elif event.kind == "decision":
             text = event.text or "(no answer)"
             how = event.data.get("method") or event.data.get("stopped_by") or ""
             shown = f"{text}. {options[text]}" if text in options else text
-            out.print(f"\n[bold green]Decision[/] [dim]{how}[/]: {shown}")
+            out.print(styled("\n", ("Decision", "bold green"), " ", (how, "dim"), ": ", shown))
     return show
 
 
@@ -75,7 +74,7 @@ def debate_command(
     peer_context: Annotated[Optional[str], typer.Option("--peer-context", envvar="MEDPANEL_PEER_CONTEXT", help="What seats see of their peers: full (answers with reasons) or choice.")] = None,
     tie_policy: Annotated[Optional[str], typer.Option("--tie-policy", envvar="MEDPANEL_TIE_POLICY", help="A tied final vote: abstain, first-model or random-seeded.")] = None,
     temperature: Annotated[float, typer.Option("--temperature", envvar="MEDPANEL_TEMPERATURE", min=0.0, max=2.0, help="Sampling temperature; replicas of one model differ only above 0.")] = 0.0,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Most tokens per answer.")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Most tokens per answer (default: fit the seat; mcq 512 on the embedded model, 2048 on others; reasoning models get 16000 more).")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", envvar="MEDPANEL_SEED", help="Seat i samples with seed + i.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", envvar="MEDPANEL_SET", help="Any other protocol setting KEY=VALUE (repeatable), e.g. peer_max_chars=2000.")] = None,
     store: StoreOpt = None,
@@ -87,6 +86,7 @@ def debate_command(
     """A panel of models debates one question: independent answers, debate where they differ, a vote if needed."""
     from medpanel.cases import load_case
     from medpanel.protocols import get_protocol
+    from medpanel.protocols.base import build_settings
     from medpanel.runs.runner import RunConfig, build_panel, run_benchmark
 
     if mode not in MODES:
@@ -112,17 +112,19 @@ def debate_command(
         "temperature": temperature, "max_tokens": max_tokens,
         "seeds": [seed + i for i in range(len(seats))] if seed is not None else None,
     }) | parse_sets(set_)
-    try:
-        spec.settings.model_validate(settings)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
-        raise UsageError(f"Invalid debate setting: {problems}.", "See `medpanel debate --help` for the values each option takes.") from None
+    build_settings(spec.settings, settings, spec.name)  # an unknown or invalid --set is a usage error here, before any call
 
     db = open_store(store)
     runtime = make_runtime(db, no_cache=no_cache, prices=prices, timeout=timeout)
     panel = build_panel(seats, runtime)
     config = RunConfig(dataset=str(case_file) if case_file else "command line", protocol=spec.name, models=seats, settings=settings)
     streaming = spec
+    if as_json:  # no transcript on stdout, but a line per answer and critique on stderr
+
+        async def run_progress(c, p, s):
+            return await spec.run(c, p, s.model_copy(update={"on_event": progress_event}))
+
+        streaming = dataclasses.replace(spec, run=run_progress)
     if not as_json:
         printer = _printer(case.options)
 
@@ -130,17 +132,18 @@ def debate_command(
             return await spec.run(c, p, s.model_copy(update={"on_event": printer}))
 
         streaming = dataclasses.replace(spec, run=run_streaming)
-        err.print(f"[dim]{spec.name} on '{case.id}' with {', '.join(panel.seats)} (a local model loads on first use)...[/]")
+        err.print(f"{spec.name} on '{case.id}' with {', '.join(panel.seats)}{loads_local(*seats)}...", style="dim")
     result = asyncio.run(run_benchmark(db, config, runtime, protocol=streaming, panel=panel, cases=[case]))
     items = db.items(result.run_id)
     item = items[0] if items else None
     if as_json:
         print_json({"run_id": result.run_id, "item": item, "events": db.events(result.run_id, case.id)})
+        exit_on_failed_items(result)
         return
     if item is None or item["status"] != "done":
-        raise MedpanelError(f"The debate failed: {item['error'] if item else 'no result'}", f"See `medpanel show {result.run_id}`.")
+        single_item_failed(result, f"The debate failed: {item['error'] if item else 'no result'}", f"See `medpanel show {result.run_id}`.")
     scores = {s["name"]: s["value"] for s in db.scores(result.run_id)}
     if scores.get("accuracy") is not None:
-        out.print("[green]correct[/]" if scores["accuracy"] == 1.0 else f"[red]incorrect[/] (key: {case.reference.answer})")
+        out.print(styled(("correct", "green")) if scores["accuracy"] == 1.0 else styled(("incorrect", "red"), f" (key: {case.reference.answer})"))
     totals = f"{item['input_tokens']}+{item['output_tokens']} tokens · ${item['cost_usd']:.6f}"
-    err.print(f"[dim]run {result.run_id} · {totals} · see it again with: medpanel show {result.run_id} --item {case.id}[/]")
+    err.print(f"run {result.run_id} · {totals} · see it again with: medpanel show {result.run_id} --item {case.id}", style="dim")

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from medpanel.cli.common import (JsonOpt, MaxCallsOpt, MaxDollarsOpt, MaxTokensOpt, NoCacheOpt, PricesOpt, ReasksOpt, StoreOpt,
-                                 TimeoutOpt, app, err, make_runtime, open_store, out, print_json)
+                                 TimeoutOpt, app, err, make_runtime, open_store, out, print_json, styled)
 from medpanel.errors import UsageError
 
 judge_app = typer.Typer(no_args_is_help=True, help="Grade responses with OpenTumorBoard's rubric judges (LLM as judge, temperature 0).")
@@ -22,7 +22,15 @@ PromptFilesOpt = Annotated[Optional[list[str]], typer.Option(
     "--prompt-file", envvar="MEDPANEL_JUDGE_PROMPT_FILE",
     help="Replace a rubric's system prompt: RUBRIC=PATH (equivalence, alignment, decisions, scope, consistency); repeatable.")]
 ScopeFileOpt = Annotated[Optional[Path], typer.Option("--scope-file", envvar="MEDPANEL_SCOPE_FILE", help="JSON file that keeps frozen four-decision scopes across runs.")]
-JudgeTokensOpt = Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_JUDGE_MAX_TOKENS", min=16, help="Tokens for each judge reply.")]
+JudgeTokensOpt = Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_JUDGE_MAX_TOKENS", min=16, help="Tokens for each judge reply (medpanel mode; released mode uses the release's budgets).")]
+JudgeModeOpt = Annotated[str, typer.Option("--judge-mode", envvar="MEDPANEL_JUDGE_MODE",
+                                           help="medpanel (default) or released: reproduce the benchmark's own evaluation (docs/judges.md).")]
+
+
+def _mode(value: str) -> str:
+    from medpanel.scoring.judges import check_mode
+
+    return check_mode(value.strip().lower())
 
 
 def read_text_arg(value: str, what: str) -> str:
@@ -56,7 +64,7 @@ def _print_results(results: dict[str, Any]) -> None:
     for name, r in results.items():
         shown = ", ".join(f"{k} {v:g}" if v is not None else f"{k} -" for k, v in r.scores.items())
         colour = {"ok": "green", "format_failure": "yellow", "failed": "red"}[r.status]
-        out.print(f"[bold]{name}[/] [{colour}]{r.status}[/]: {shown}")
+        out.print(styled((name, "bold"), " ", (r.status, colour), f": {shown}"))
         if r.rationale:
             out.print(f"  {r.rationale}")
 
@@ -94,6 +102,7 @@ def ask(
     judge_prompt_file: Annotated[Optional[Path], typer.Option("--judge-prompt-file", envvar="MEDPANEL_JUDGE_PROMPT_FILE", help="System prompt file for the clinical-equivalence judge.")] = None,
     sentence_limit: Annotated[str, typer.Option("--sentence-limit", envvar="MEDPANEL_SENTENCE_LIMIT", help="Over three sentences: 'score' the violation or 'trim'.")] = "score",
     max_tokens: Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16)] = 300,
+    judge_mode: JudgeModeOpt = "medpanel",
     store: StoreOpt = None,
     no_cache: NoCacheOpt = False,
     timeout: TimeoutOpt = 300.0,
@@ -112,7 +121,7 @@ def ask(
     if judge and not item.reference.answer:
         raise UsageError(f"No reference answer for this question in {case}.", "Pass one with --reference TEXT|@FILE, or ask one of the case's own questions.")
     settings = SpecialistSettings(prompt_file=prompt_file, sentence_limit=sentence_limit, judge=judge, judge_prompt_file=judge_prompt_file,
-                                  max_tokens=max_tokens)
+                                  max_tokens=max_tokens, judge_mode=_mode(judge_mode))
     runtime = make_runtime(open_store(store), no_cache=no_cache, timeout=timeout, max_reasks=max_reasks)
     specialist = build_model(model, runtime)
     outcome = asyncio.run(_closing(specialist, SPEC.run(item, Panel.of([specialist], [model]), settings)))
@@ -120,12 +129,12 @@ def ask(
     if as_json:
         print_json({"case": item.id, "role": role, "question": question, "answer": outcome.answer, "scores": scores, "data": outcome.data})
         return
-    out.print(f"[bold cyan]{role}[/]: {outcome.answer or '(no answer)'}")
+    out.print(styled((role, "bold cyan"), ": ", outcome.answer or "(no answer)"))
     data = outcome.data
     notes = [f"{data['sentences']} sentence(s)" + (" (trimmed to 3)" if data["trimmed"] else " (over the limit of 3)" if not data["within_limit"] else "")]
     if not data["format_ok"]:
         notes.append("not valid JSON: read leniently")
-    err.print(f"[dim]{' · '.join(notes)}[/]")
+    err.print(" · ".join(notes), style="dim")
     if "judge" in data:
         from medpanel.scoring.judges import JudgeResult
 
@@ -148,6 +157,7 @@ def judge_equivalence_cmd(
     role: Annotated[Optional[str], typer.Option("--role", "-r", envvar="MEDPANEL_ROLE", help="The specialist role (default: the case's).")] = None,
     prompt_file: PromptFilesOpt = None,
     max_tokens: JudgeTokensOpt = 512,
+    judge_mode: JudgeModeOpt = "medpanel",
     store: StoreOpt = None,
     no_cache: NoCacheOpt = False,
     timeout: TimeoutOpt = 300.0,
@@ -168,9 +178,11 @@ def judge_equivalence_cmd(
     if not item.reference.answer:
         raise UsageError(f"No reference answer for this question in {case}.", "Pass one with --reference TEXT|@FILE.")
     files = parse_prompt_files(prompt_file, "equivalence")
+    _mode(judge_mode)
     model = build_model(judge, _judge_runtime(store, no_cache, timeout, max_reasks))
     result = asyncio.run(_closing(model, judge_equivalence(model, item, answer_text(read_text_arg(candidate, "the candidate")),
-                                                           prompt_file=files.get("equivalence"), max_tokens=max_tokens)))
+                                                           prompt_file=files.get("equivalence"), max_tokens=max_tokens,
+                                                           mode=_mode(judge_mode))))
     _finish({"clinical_equivalence": result}, as_json, {"case": item.id})
 
 
@@ -183,6 +195,7 @@ def judge_board_cmd(
     prompt_file: PromptFilesOpt = None,
     scope_file: ScopeFileOpt = None,
     max_tokens: JudgeTokensOpt = 512,
+    judge_mode: JudgeModeOpt = "medpanel",
     store: StoreOpt = None,
     no_cache: NoCacheOpt = False,
     timeout: TimeoutOpt = 300.0,
@@ -199,9 +212,11 @@ def judge_board_cmd(
     if not ref:
         raise UsageError(f"Case {case} has no reference conclusion.", "Pass one with --reference TEXT|@FILE.")
     files = parse_prompt_files(prompt_file, None)
+    mode = _mode(judge_mode)
     model = build_model(judge, _judge_runtime(store, no_cache, timeout, max_reasks))
     results = asyncio.run(_closing(model, judge_board(model, loaded, read_text_arg(response, "the response"), ref,
-                                                      scopes=ScopeBook(scope_file), prompt_files=files, max_tokens=max_tokens)))
+                                                      scopes=ScopeBook(scope_file), prompt_files=files, max_tokens=max_tokens,
+                                                      mode=mode)))
     _finish(results, as_json, {"case": loaded.id})
 
 
@@ -213,6 +228,7 @@ def judge_run_cmd(
     scope_file: ScopeFileOpt = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", envvar="MEDPANEL_CONCURRENCY", min=1, max=256, help="Items judged at once.")] = 4,
     max_tokens: JudgeTokensOpt = 512,
+    judge_mode: JudgeModeOpt = "medpanel",
     store: StoreOpt = None,
     no_cache: NoCacheOpt = False,
     prices: PricesOpt = None,
@@ -228,6 +244,7 @@ def judge_run_cmd(
     from medpanel.runs.summary import mean_interval
     from medpanel.scoring.judges import ScopeBook, judge_stored_run
 
+    mode = _mode(judge_mode)
     db = open_store(store)
     run_id = db.resolve_run_id(run)
     protocol = db.get_run(run_id)["protocol"]
@@ -239,20 +256,22 @@ def judge_run_cmd(
     def progress(row: dict) -> None:
         if not as_json:
             failed = row["scores"].get("judge_failed")
-            err.print(f"[dim]judged {row['item']}#{row['repeat']}{' (unscored: judge failed)' if failed else ''}[/]")
+            err.print(f"judged {row['item']}#{row['repeat']}{' (unscored: judge failed)' if failed else ''}", style="dim")
 
     rows = asyncio.run(_closing(model, judge_stored_run(db, run_id, model, scopes=ScopeBook(scope_file), prompt_files=files,
-                                                        max_tokens=max_tokens, concurrency=concurrency, on_item=progress)))
+                                                        max_tokens=max_tokens, concurrency=concurrency, on_item=progress,
+                                                        mode=mode)))
     names = sorted({k for r in rows for k in r["scores"]})
-    summary = {name: mean_interval([r["scores"][name] for r in rows if r["scores"].get(name) is not None]) for name in names}
+    summary = {name: mean_interval([r["scores"][name] for r in rows if r["scores"].get(name) is not None], name, protocol=protocol)
+               for name in names}
     if as_json:
         print_json({"run_id": run_id, "judge": model.id, "items": len(rows), "summary": summary, "judged": rows})
         return
-    out.print(f"[bold]run {run_id}[/] · {protocol} · judged {len(rows)} item(s) with {model.id}")
+    out.print(styled((f"run {run_id}", "bold"), f" · {protocol} · judged {len(rows)} item(s) with {model.id}"))
     for name, st in summary.items():
         if st["mean"] is None:
             out.print(f"  {name}: unscored (n=0)")
             continue
         interval = f" [{st['low']:.3f}, {st['high']:.3f}]" if st["low"] is not None else ""
         out.print(f"  {name}: {st['mean']:.3f}{interval} n={st['n']}")
-    err.print(f"[dim]scores added to the run; see them with: medpanel show {run_id}[/]")
+    err.print(f"scores added to the run; see them with: medpanel show {run_id}", style="dim")

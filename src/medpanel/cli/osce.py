@@ -6,8 +6,6 @@ import asyncio
 from typing import Annotated
 
 import typer
-from pydantic import ValidationError
-from rich.markup import escape
 
 from medpanel.cli.common import (
     JsonOpt,
@@ -23,8 +21,10 @@ from medpanel.cli.common import (
     parse_sets,
     print_json,
     split_models,
+    styled,
 )
-from medpanel.errors import MedpanelError, UsageError
+from medpanel.errors import UsageError
+from medpanel.cli.core import exit_on_failed_items, loads_local, progress_event, single_item_failed  # noqa: E402
 
 DEFAULT_DOCTORS = ["local", "local", "local"]
 SPOKEN = {"opening": "Patient", "patient": "Patient", "direct-reply": "Doctor", "consolidation": "Doctor"}
@@ -32,29 +32,27 @@ SPOKEN = {"opening": "Patient", "patient": "Patient", "direct-reply": "Doctor", 
 
 def show_event(event) -> None:
     """One event of a running consultation: what is said to and by the patient in bold, the panel's work dimmed."""
-    text = escape(event.text)
+    text = event.text
     if event.phase in SPOKEN:
         who = SPOKEN[event.phase]
         colour = "magenta" if who == "Patient" else "cyan"
         consensus = event.data.get("consensus")
-        note = f" [dim](panel consensus {consensus:.2f})[/]" if isinstance(consensus, float) else ""
-        out.print(f"[bold {colour}]{who}[/]{note}: {text}")
+        note = (f" (panel consensus {consensus:.2f})", "dim") if isinstance(consensus, float) else ""
+        out.print(styled((who, f"bold {colour}"), note, ": ", text))
     elif event.kind == "decision":
         differentials = "; ".join(event.data.get("differentials") or []) or "none"
-        out.print(f"[bold green]Diagnosis[/] ({event.data.get('status')}): {text}\n[green]Differentials[/]: {escape(differentials)}")
+        out.print(styled(("Diagnosis", "bold green"), f" ({event.data.get('status')}): ", text, "\n", ("Differentials", "green"), ": ", differentials))
     elif event.kind == "score" and event.phase == "evaluation":
         return  # the metrics are printed once, with the gold diagnosis, when the run ends
     else:
         short = text if len(text) <= 160 else text[:159] + "…"
-        out.print(f"[dim]  {event.phase} · {escape(event.speaker)}: {short}[/]")
+        out.print(f"  {event.phase} · {event.speaker}: {short}", style="dim")
 
 
 def _settings(protocol, stored: dict):
-    try:
-        return protocol.settings.model_validate(stored)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()[:5])
-        raise UsageError(f"Invalid OSCE settings: {problems}.", "Fix the option or --set value (see docs/longform_osce.md).") from None
+    from medpanel.protocols.base import build_settings
+
+    return build_settings(protocol.settings, stored, protocol.name)  # unknown keys and bad values: a usage error naming the settings
 
 
 @app.command()
@@ -65,7 +63,7 @@ def osce(
     moderator: Annotated[str | None, typer.Option("--moderator", envvar="MEDPANEL_MODERATOR", help="Moderator model spec (default: the first doctor's model).")] = None,
     judge: Annotated[str | None, typer.Option("--judge", envvar="MEDPANEL_JUDGE", help="Model that judges the metrics (default: the moderator's model).")] = None,
     max_exchanges: Annotated[int, typer.Option("--max-exchanges", envvar="MEDPANEL_MAX_EXCHANGES", min=1, max=50, help="Rounds of history-taking questions.")] = 5,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Tokens per proposal, revision, merge or diagnosis.")] = 600,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Tokens per proposal, revision, merge or diagnosis (default: fit the seat; 600 on the embedded model, 1024 on others, reasoning models 16000 more).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", envvar="MEDPANEL_SET", help="Other protocol setting KEY=VALUE (repeatable), e.g. max_rounds=2.")] = None,
     store: StoreOpt = None,
     no_cache: NoCacheOpt = False,
@@ -82,18 +80,19 @@ def osce(
 
     case = resolve_scenario(scenario)
     doctors = split_models(models) or DEFAULT_DOCTORS
-    stored = {**parse_sets(set_), "patient": patient, "max_exchanges": max_exchanges, "max_tokens": max_tokens}
-    stored.update({k: v for k, v in (("moderator", moderator), ("judge", judge)) if v})
+    stored = {**parse_sets(set_), "patient": patient, "max_exchanges": max_exchanges}
+    stored.update({k: v for k, v in (("moderator", moderator), ("judge", judge), ("max_tokens", max_tokens)) if v})
     protocol = get_protocol("osce")
     settings = _settings(protocol, stored)
     db = open_store(store)
     runtime = make_runtime(db, no_cache=no_cache, timeout=timeout, max_reasks=max_reasks)
+    settings.on_event = progress_event  # --json: one line per event on stderr
     if not as_json:
         settings.on_event = show_event
-        err.print(f"[dim]OSCE on {case.id} · doctors {', '.join(doctors)} · patient {patient} (the first local run loads the model)...[/]")
+        err.print(f"OSCE on {case.id} · doctors {', '.join(doctors)} · patient {patient}{loads_local(patient, moderator, judge, *doctors)}...", style="dim")
         if patient.strip() == "human":
             actor = (case.metadata.get("osce") or {}).get("patient_actor") or {}
-            out.print(f"[bold]You play the patient.[/] Answer only from this role; say \"I don't know\" to anything else.\n{escape(render_record(actor))}\n")
+            out.print(styled(("You play the patient.", "bold"), " Answer only from this role; say \"I don't know\" to anything else.\n", render_record(actor), "\n"))
     config = RunConfig(dataset=scenario, protocol="osce", models=doctors, settings=stored)
     result = asyncio.run(run_benchmark(db, config, runtime, protocol=protocol, cases=[case], settings=settings))
     items = db.items(result.run_id)
@@ -103,13 +102,14 @@ def osce(
         print_json({"run_id": result.run_id, "case": case.id, "status": item["status"] if item else None,
                     "error": item["error"] if item else None, "scores": scores,
                     "outcome": item["outcome"] if item else None, "events": db.events(result.run_id, case.id)})
+        exit_on_failed_items(result)
         return
     if item is None or item["status"] != "done":
-        raise MedpanelError(f"The consultation failed: {item['error'] if item else 'no result'}", f"See `medpanel show {result.run_id}`.")
+        single_item_failed(result, f"The consultation failed: {item['error'] if item else 'no result'}", f"See `medpanel show {result.run_id}`.")
     metrics = "  ".join(f"{name.upper()} {'n/a' if scores.get(name) is None else f'{scores[name]:.2f}'}" for name in ("picr", "prqr", "pda", "sda"))
-    out.print(f"\n[bold]Gold diagnosis[/]: {escape(case.reference.answer_text or '(none given)')}\n[bold]{metrics}[/]")
-    err.print(f"[dim]run {result.run_id} · transcript: medpanel show {result.run_id} --item {case.id} · "
-              f"summary: medpanel summarize {result.run_id}[/]")
+    out.print(styled("\n", ("Gold diagnosis", "bold"), ": ", case.reference.answer_text or "(none given)", "\n", (metrics, "bold")))
+    err.print(f"run {result.run_id} · transcript: medpanel show {result.run_id} --item {case.id} · "
+              f"summary: medpanel summarize {result.run_id}", style="dim")
 
 
 @app.command()
@@ -118,7 +118,7 @@ def summarize(
     item: Annotated[str | None, typer.Option("--item", envvar="MEDPANEL_ITEM", help="Item id (default: the run's only item).")] = None,
     repeat: Annotated[int, typer.Option("--repeat", envvar="MEDPANEL_REPEAT", min=0, help="Which repeat of the item.")] = 0,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="MEDPANEL_SUMMARY_MODEL", help="Model that writes the summary; without it, a deterministic outline.")] = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16)] = 600,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Tokens for the summary (default: 600 on the embedded model, 2048 on others).")] = None,
     store: StoreOpt = None,
     no_cache: NoCacheOpt = False,
     timeout: TimeoutOpt = 300.0,
@@ -153,7 +153,7 @@ def summarize(
     if as_json:
         print_json({"run_id": run_id, "item": item, "repeat": repeat, "outline": outline, "summary": summary, "model": model})
         return
-    out.print(escape(summary) if summary is not None else escape(outline))
+    out.print(summary if summary is not None else outline)
 
 
 __all__ = ["osce", "show_event", "summarize"]

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from medpanel.cli.common import JsonOpt, StoreOpt, err, open_store, out, print_json, replay_app
+from medpanel.cli.common import JsonOpt, StoreOpt, err, open_store, out, print_json, replay_app, styled
 from medpanel.errors import UsageError
 
 
@@ -54,9 +54,9 @@ def print_report(report: dict, seats: tuple[str, ...]) -> None:
     mc = report["multiple_choice"]
     if mc:
         n, ini, rules = mc["items"], mc["initial"], mc["rules"]
-        out.print(f"[bold]MCC replay[/] of {n} logs in {report['source']}  (order {rules['order']}, ties {rules['tie']}, "
+        out.print(styled(("MCC replay", "bold"), f" of {n} logs in {report['source']}  (order {rules['order']}, ties {rules['tie']}, "
                   f"{report['choice_reading']} choice reading"
-                  + (f", max {rules['max_rounds']} rounds" if rules["max_rounds"] is not None else "") + ")")
+                  + (f", max {rules['max_rounds']} rounds" if rules["max_rounds"] is not None else "") + ")"))
         out.print(f"initial answers: consensus on {ini['consensus']} ({ini['consensus_correct']} correct); correct "
                   + ", ".join(f"{s} {ini['correct'][s]}" for s in seats)
                   + f"; majority vote {ini['majority_vote_correct']} ({ini['majority_vote_ties']} ties)")
@@ -66,7 +66,7 @@ def print_report(report: dict, seats: tuple[str, ...]) -> None:
         rounds = " · ".join(f"round {r}: {v['consensus']} ({v['correct']} correct)" for r, v in mc["consensus_by_round"].items())
         vote = mc["majority_vote"]
         out.print(f"consensus by round: {rounds} · vote: {vote['items']} ({vote['correct']} correct, {vote['ties']} tied)")
-        out.print(f"[bold]final: {_pct(mc['final']['correct'], n)} correct[/]")
+        out.print(f"final: {_pct(mc['final']['correct'], n)} correct", style="bold")
         sh = mc["stance_shifts"]
         per = "; ".join(f"{s} " + ", ".join(f"r{r} {k}" for r, k in sorted(sh["by_seat_round"][s].items())) for s in seats)
         out.print(f"stance shifts: {sh['total']} ({sh['to_correct']} to the gold answer, {sh['from_correct']} away from it): {per}")
@@ -74,17 +74,30 @@ def print_report(report: dict, seats: tuple[str, ...]) -> None:
         out.print(f"agreement with the logs: final answer {ag['final_agree']}/{ag['final_logged']}, "
                   f"correctness {ag['verdict_agree']}/{ag['verdict_logged']}, round summaries {ag['round_summaries_agree']}/{ag['round_summaries']}, "
                   f"initial consensus {ag['initial_status_agree']}/{ag['initial_status_logged']}")
-        for name in ("final_disagreements", "verdict_disagreements", "round_summary_disagreements", "initial_status_disagreements"):
+        unread = ag["results_unread"]
+        out.print(styled(f"logged result lines: {ag['results_read']}/{ag['results_logged']} read, {ag['results_agree']} agree with the replay, ",
+                         (f"{len(unread)} could not be read", "bold red") if unread else "0 unread"))
+        for d in unread[:20]:
+            out.print(styled("  ", ("unread result", "red"), f" {d['case']} line {d['line']}: {d['text']}"))
+        for name in ("final_disagreements", "result_disagreements", "verdict_disagreements", "round_summary_disagreements",
+                     "initial_status_disagreements"):
             for d in ag[name][:20]:
-                out.print(f"  [yellow]{name.replace('_', ' ')}[/] {d}")
+                out.print(styled("  ", (name.replace("_", " "), "yellow"), f" {d}"))
         for w in mc["warnings"][:20]:
-            err.print(f"[dim]note {w['case']}: {w['warning']}[/]")
+            err.print(f"note {w['case']}: {w['warning']}", style="dim")
         if len(mc["warnings"]) > 20:
-            err.print(f"[dim]... {len(mc['warnings']) - 20} more notes (see --json)[/]")
+            err.print(f"... {len(mc['warnings']) - 20} more notes (see --json)", style="dim")
     for path in report.get("skipped", []):
-        err.print(f"[yellow]skipped {path}: no model turns found, not an MCC debate log[/]")
+        err.print(f"skipped {path}: no model turns found, not an MCC debate log", style="yellow")
+    cut = report.get("ended_mid_debate", [])
+    if cut:
+        out.print(styled((f"{len(cut)} logs end mid-debate", "bold yellow"), ": not counted in the figures above"))
+        for d in cut[:20]:
+            out.print(styled("  ", ("ends mid-debate", "yellow"), f" {d['path']}: {d['warning']}"))
+    for cid, paths in report.get("duplicate_case_ids", {}).items():
+        out.print(styled("  ", ("duplicate case id", "yellow"), f" {cid}: {len(paths)} files, each counted: {', '.join(paths)}"))
     for lf in report["long_form"]:
-        out.print(f"[bold]long-form[/] {lf['path']}")
+        out.print(styled(("long-form", "bold"), f" {lf['path']}"))
         for r in lf["rounds"]:
             if r.get("computed") is None:
                 out.print(f"  round {r['round']}: no scores found")
@@ -97,4 +110,4 @@ def print_report(report: dict, seats: tuple[str, ...]) -> None:
                   f"{lf['first_round_at_threshold']}")
     if report.get("stored_run"):
         out.print(f"saved as run {report['stored_run']} (medpanel show {report['stored_run']})")
-    out.print(f"[dim]{report['timing_s']['total']:.2f} s[/]")
+    out.print(f"{report['timing_s']['total']:.2f} s", style="dim")

@@ -33,5 +33,7 @@ def report(
         return
     from rich.markdown import Markdown
 
-    out.print(Markdown(render_markdown(data)))
-    err.print(f"[dim]wrote {', '.join(p for p in data['files'].values() if p)}[/]")
+    from medpanel.literal import visible
+
+    out.print(Markdown(visible(render_markdown(data))))
+    err.print(f"wrote {', '.join(p for p in data['files'].values() if p)}", style="dim")

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from medpanel.cli.common import JsonOpt, out, print_json, score_app
+from medpanel.cli.common import JsonOpt, out, print_json, score_app, styled
 from medpanel.errors import UsageError
 
 PresetOpt = Annotated[str, typer.Option("--preset", envvar="MEDPANEL_REWARD_PRESET",
@@ -18,6 +18,12 @@ TokensOpt = Annotated[Optional[int], typer.Option("--tokens", envvar="MEDPANEL_R
                                                   help="The response's length in model tokens, for the overlength penalty (default: word tokens, an approximation).")]
 TruncatedOpt = Annotated[bool, typer.Option("--truncated", envvar="MEDPANEL_TRUNCATED", help="The generation stopped at its token limit.")]
 ResponseArg = Annotated[str, typer.Argument(help="File holding one response; - reads standard input.")]
+LimitOpt = Annotated[Optional[int], typer.Option("--length-limit", envvar="MEDPANEL_LENGTH_LIMIT", min=1,
+                                                 help="The generation's max tokens, when below 8192: the overlength ramp ends there.")]
+DetectorOpt = Annotated[Optional[str], typer.Option("--detector", envvar="MEDPANEL_REPETITION_DETECTOR",
+                                                    help="Loop detector: released_grid (the release's scanner) or every_offset (stricter). Default: the preset's.")]
+ReaderOpt = Annotated[Optional[str], typer.Option("--reader", envvar="MEDPANEL_BOARD_READER",
+                                                  help="Evaluation reader reported beside the score: released or lenient. Default: the preset's.")]
 
 
 KeepNewlineOpt = Annotated[bool, typer.Option("--keep-final-newline", envvar="MEDPANEL_KEEP_FINAL_NEWLINE",
@@ -25,15 +31,19 @@ KeepNewlineOpt = Annotated[bool, typer.Option("--keep-final-newline", envvar="ME
 
 
 def _read_response(file: str, keep_final_newline: bool) -> str:
+    # Bytes, decoded: text mode would turn "\r\n" into "\n" and change what the format term scores.
     if file == "-":
-        text = sys.stdin.read()
+        raw = sys.stdin.buffer.read()
     else:
         path = Path(file)
         if not path.is_file():
             raise UsageError(f"Response file {path} does not exist.", "Give a file holding the model's response, or - for standard input.")
-        text = path.read_text(encoding="utf-8", errors="replace")
-    # One final newline belongs to the file, not to the model's reply; stray whitespace beyond it is scored.
-    return text if keep_final_newline or not text.endswith("\n") else text[:-1]
+        raw = path.read_bytes()
+    text = raw.decode("utf-8", errors="replace")
+    # One final line end belongs to the file, not to the model's reply; stray whitespace beyond it is scored.
+    if keep_final_newline:
+        return text
+    return text[:-2] if text.endswith("\r\n") else text.removesuffix("\n")
 
 
 def _text_arg(value: str, name: str) -> str:
@@ -46,10 +56,20 @@ def _text_arg(value: str, name: str) -> str:
     return value
 
 
-def _format_settings(preset: str):
+def _format_overrides(detector: str | None, reader: str | None) -> dict:
+    from medpanel.scoring.board_format import READERS
+
+    if detector not in (None, "released_grid", "every_offset"):
+        raise UsageError(f"Unknown repetition detector '{detector}'.", "Use --detector released_grid or --detector every_offset.")
+    if reader not in (None, *READERS):
+        raise UsageError(f"Unknown board reader '{reader}'.", f"Use --reader {' or --reader '.join(READERS)}.")
+    return ({"repetition_detector": detector} if detector else {}) | ({"evaluation_reader": reader} if reader else {})
+
+
+def _format_settings(preset: str, detector: str | None = None, reader: str | None = None):
     from medpanel.scoring.board_format import FormatSettings
 
-    return FormatSettings.for_preset(preset)
+    return FormatSettings.for_preset(preset, **_format_overrides(detector, reader))
 
 
 def _print_format(result) -> None:
@@ -60,23 +80,26 @@ def _print_format(result) -> None:
         table.add_row(name, f"{value:.3f}", f"{result.weights.get(name, 0.0):.4f}")
     out.print(table)
     rep, length = result.repetition, result.length
-    out.print(f"repetition: longest run {rep.max_run}, top 4-gram {rep.ngram_count}x ({rep.ngram_fraction:.1%} of {rep.tail_tokens} tail tokens)"
+    out.print(f"repetition ({rep.detector} detector): longest run {rep.max_run}, top 4-gram {rep.ngram_count}x ({rep.ngram_fraction:.1%} of {rep.tail_tokens} tail tokens)"
               f" -> {'loop' if rep.detected else 'none'}{' (severe)' if rep.severe else ''}, penalty {rep.penalty:.4f}")
-    out.print(f"length: {length.tokens} tokens ({length.source}), overlength penalty {length.penalty:.4f}")
+    out.print(f"length: {length.tokens} tokens ({length.source}), overlength penalty {length.penalty:.4f}"
+              + (f" ({length.note})" if length.note else ""))
     if result.failure:
-        out.print(f"[bold red]failure:[/] {result.failure} (the reward skips the judges)")
+        out.print(styled(("failure:", "bold red"), f" {result.failure} (the reward skips the judges)"))
     parse = result.parse
-    out.print(f"evaluation reader: {parse.status}, {len(parse.turns)} turns, {parse.role_count} roles"
+    out.print(f"evaluation reader ({parse.reader}): {parse.status}, {len(parse.turns)} turns, {parse.role_count} roles"
               + (f"; warnings: {'; '.join(parse.warnings)}" if parse.warnings else ""))
 
 
 @score_app.command("format")
-def format_command(file: ResponseArg, preset: PresetOpt = "released_code", tokens: TokensOpt = None,
-                   truncated: TruncatedOpt = False, keep_final_newline: KeepNewlineOpt = False, as_json: JsonOpt = False) -> None:
+def format_command(file: ResponseArg, preset: PresetOpt = "released_code", tokens: TokensOpt = None, length_limit: LimitOpt = None,
+                   truncated: TruncatedOpt = False, detector: DetectorOpt = None, reader: ReaderOpt = None,
+                   keep_final_newline: KeepNewlineOpt = False, as_json: JsonOpt = False) -> None:
     """Format score of one Board Simulation response (no judge): dense parts, exact part, repetition and overlength."""
     from medpanel.scoring.board_format import score_format
 
-    result = score_format(_read_response(file, keep_final_newline), settings=_format_settings(preset), response_tokens=tokens, truncated=truncated)
+    result = score_format(_read_response(file, keep_final_newline), settings=_format_settings(preset, detector, reader),
+                          response_tokens=tokens, length_limit=length_limit, truncated=truncated)
     if as_json:
         print_json(result.model_dump() | {"needs_judges": result.needs_judges})
         return
@@ -91,7 +114,10 @@ def reward_command(
     consistency: Annotated[Optional[float], typer.Option("--consistency", envvar="MEDPANEL_CONSISTENCY", min=0, max=5, help="Discussion-to-conclusion consistency judge score, 0..5.")] = None,
     preset: PresetOpt = "released_code",
     tokens: TokensOpt = None,
+    length_limit: LimitOpt = None,
     truncated: TruncatedOpt = False,
+    detector: DetectorOpt = None,
+    reader: ReaderOpt = None,
     keep_final_newline: KeepNewlineOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -105,7 +131,9 @@ def reward_command(
                              "Or give none of them for a response that fails the format gate.")
         judges = JudgeScores(alignment=alignment, decisions=decisions, consistency=consistency)
     settings = RewardSettings.for_preset(preset)
-    result = board_reward(_read_response(file, keep_final_newline), judges, settings=settings, response_tokens=tokens, truncated=truncated)
+    settings = settings.model_copy(update={"format": settings.format.model_copy(update=_format_overrides(detector, reader))})
+    result = board_reward(_read_response(file, keep_final_newline), judges, settings=settings, response_tokens=tokens,
+                          length_limit=length_limit, truncated=truncated)
     if as_json:
         print_json(result.model_dump())
         return

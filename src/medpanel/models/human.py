@@ -25,7 +25,9 @@ class TerminalIO:
         self.stdout = stdout or sys.stdout
 
     def show(self, text: str) -> None:
-        self.stdout.write(text + "\n")
+        from medpanel.literal import visible  # what the seat is shown came from models and the case: no control reaches the terminal
+
+        self.stdout.write(visible(text) + "\n")
         self.stdout.flush()
 
     def ask_line(self, prompt: str) -> str:

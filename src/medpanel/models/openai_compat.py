@@ -2,9 +2,13 @@
 
     openai:gpt-4o-mini
     openai:my-model@http://127.0.0.1:8000/v1?vision=true&key_env=VLLM_API_KEY&json_mode=json_object
+    openai:my-r1@http://127.0.0.1:8000/v1?reasoning=1      (hidden reasoning counts: default budgets leave room)
+    openai:qwen2.5-0.5b@http://127.0.0.1:8000/v1?small=1   (a small model: protocols keep compact budgets)
 
 The SDK's own retries are off (max_retries=0): `Model.complete` retries, and only what we classify
-as transient here (429, 5xx, timeouts, dropped connections, undecodable bodies).
+as transient here (429, 5xx, timeouts, dropped connections, undecodable bodies). A rejection that
+names a parameter we sent is not transient whatever its status: for `response_format` the other
+structured-output form is tried and remembered for the server (models/capabilities.py).
 """
 
 from __future__ import annotations
@@ -21,17 +25,18 @@ import openai
 from openai import AsyncOpenAI
 
 from medpanel.errors import ModelCallError, TransientModelError, UsageError
-from medpanel.models.base import Generation, Model, Request, Usage
+from medpanel.models.base import Generation, Model, Request, Usage, thinking_name
+from medpanel.models.capabilities import FORMS, ServerMemory, UnsupportedParameter, forms_in_order, rejected_parameter
+from medpanel.models.registry import spec_flag
 from medpanel.models.runtime import Runtime
+from medpanel.models.structured import server_schema
 
-KNOWN_PARAMS = ("vision", "key_env", "json_mode", "price_in", "price_out")
-JSON_MODES = ("json_schema", "json_object")
+KNOWN_PARAMS = ("vision", "key_env", "json_mode", "price_in", "price_out", "small", "reasoning")
+JSON_MODES = FORMS  # the form tried first; the other is the fallback when a server rejects it
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 # Local servers usually ignore the key, but the SDK insists on one.
 PLACEHOLDER_KEY = "not-needed"
 
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
 
 
 def parse_retry_after(headers: Any) -> float | None:
@@ -58,15 +63,6 @@ def parse_retry_after(headers: Any) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _flag(value: str, name: str) -> bool:
-    low = value.strip().lower()
-    if low in _TRUE:
-        return True
-    if low in _FALSE:
-        return False
-    raise UsageError(f"Spec parameter {name}={value!r} is not a yes/no value.", f"Write {name}=true or {name}=false.")
-
-
 def _price(value: str, name: str) -> float:
     try:
         price = float(value)
@@ -89,8 +85,17 @@ def _server_message(exc: openai.APIStatusError) -> str:
 
 
 def _reasoning_model(name: str) -> bool:
-    """OpenAI's o-series (o1, o3, o4-mini, ...): they refuse max_tokens and a temperature other than 1."""
-    return bool(re.match(r"^o\d", name.rsplit("/", 1)[-1]))
+    """OpenAI's o-series (o1, o3, o4-mini, ...) and the GPT-5 family (gpt-5, gpt-5-mini, gpt-5-nano, dated
+    snapshots, "openai/gpt-5-mini" via a gateway; not the non-reasoning gpt-5-chat*): they refuse max_tokens
+    and a temperature other than 1."""
+    base = name.rsplit("/", 1)[-1].lower()
+    return bool(re.match(r"^o\d", base) or (re.match(r"^gpt-5(?:\.\d+)?(?:-|$)", base) and not re.search(r"-chat(?:-|$)", base)))
+
+
+def _ignores_temperature(name: str) -> bool:
+    """Models that sample at their server's default whatever temperature they are sent: the o-series (we
+    send none) and DeepSeek's API reasoner (it accepts one and disregards it)."""
+    return _reasoning_model(name) or name.rsplit("/", 1)[-1].lower() == "deepseek-reasoner"
 
 
 def _refused(exc: BaseException) -> bool:
@@ -102,6 +107,20 @@ def _refused(exc: BaseException) -> bool:
         if isinstance(seen, ConnectionRefusedError) or any(isinstance(a, ConnectionRefusedError) for a in getattr(seen, "args", ())):
             return True
     return False
+
+
+def _interleaved(message: Any) -> list[dict]:
+    """Text and image parts in order, each image at its offset in the content; empty text parts are left out."""
+    parts: list[dict] = []
+    start = 0
+    for offset, image in zip(message.image_at, message.images):
+        if message.content[start:offset]:
+            parts.append({"type": "text", "text": message.content[start:offset]})
+        parts.append({"type": "image_url", "image_url": {"url": image.data_url()}})
+        start = offset
+    if message.content[start:]:
+        parts.append({"type": "text", "text": message.content[start:]})
+    return parts
 
 
 def _http_client() -> Any:
@@ -116,6 +135,7 @@ def _http_client() -> Any:
 class OpenAIModel(Model):
     provider = "openai"
     supports_json_schema = True
+    billed = True  # a dollar cap needs this model's price (Runtime.check_prices)
 
     def __init__(
         self,
@@ -125,15 +145,22 @@ class OpenAIModel(Model):
         api_key: str | None = None,
         vision: bool = False,
         json_mode: str = "json_schema",
+        small: bool = False,
+        reasoning: bool | None = None,
         runtime: Runtime | None = None,
     ) -> None:
         super().__init__(name, runtime)
+        self.small = small
+        # Unless told, trust the name: o-series always reason; R1/QwQ-style names very likely do.
+        self.reasoning = (_reasoning_model(name) or thinking_name(name)) if reasoning is None else reasoning
+        self.reasoning_flag = reasoning  # as the spec said (?reasoning=1): such a model is taken to sample at its default
         if json_mode not in JSON_MODES:
             raise UsageError(f"Unknown json_mode '{json_mode}' for {self.id}.", f"Use one of: {', '.join(JSON_MODES)}.")
         self.base_url = base_url
         self.api_key = api_key
         self.supports_vision = vision
-        self.json_mode = json_mode
+        self.json_mode = json_mode  # as configured: part of the cache identity, whatever the server turns out to take
+        self.memory = ServerMemory(base_url, name, self.runtime)
         # One SDK client per event loop: its connection pool belongs to the loop that opened it, and a
         # program may call asyncio.run more than once.
         self._clients: dict[int, tuple[asyncio.AbstractEventLoop, AsyncOpenAI]] = {}
@@ -147,10 +174,16 @@ class OpenAIModel(Model):
                 f"Unknown parameter(s) {', '.join(unknown)} in model spec for openai:{spec.name}.",
                 f"Known parameters: {', '.join(KNOWN_PARAMS)}.",
             )
-        vision = _flag(params["vision"], "vision") if "vision" in params else False
+        vision = spec_flag(params, "vision", False)
+        small = spec_flag(params, "small", False)
+        reasoning = spec_flag(params, "reasoning", False) if "reasoning" in params else None
         json_mode = params.get("json_mode", "json_schema").strip() or "json_schema"
         key_env = params.get("key_env", DEFAULT_KEY_ENV).strip() or DEFAULT_KEY_ENV
         api_key = kwargs.pop("api_key", None) or os.environ.get(key_env)
+        from medpanel.redact import add_secret, add_secret_env
+
+        add_secret_env(key_env)  # never printed, stored or reported, even when a server echoes it
+        add_secret(api_key)
         if not api_key:
             if not spec.base_url:
                 raise UsageError(
@@ -159,15 +192,22 @@ class OpenAIModel(Model):
                 )
             api_key = PLACEHOLDER_KEY
         if "price_in" in params or "price_out" in params:
-            known = runtime.prices.lookup(spec.name) or (0.0, 0.0)
+            known = runtime.prices.lookup(spec.name, spec.base_url) or (0.0, 0.0)
             price_in = _price(params["price_in"], "price_in") if "price_in" in params else known[0]
             price_out = _price(params["price_out"], "price_out") if "price_out" in params else known[1]
-            runtime.prices.prices[spec.name] = (price_in, price_out)
-        return cls(spec.name, base_url=spec.base_url, api_key=api_key, vision=vision, json_mode=json_mode, runtime=runtime, **kwargs)
+            runtime.prices.set(spec.name, (price_in, price_out), spec.base_url)  # this server's price only
+        return cls(spec.name, base_url=spec.base_url, api_key=api_key, vision=vision, json_mode=json_mode, small=small,
+                   reasoning=reasoning, runtime=runtime, **kwargs)
 
     def cache_identity(self) -> dict:
         # The same model name on two servers (or two quantisations) are different models.
         return {"model": self.id, "base_url": self.base_url, "json_mode": self.json_mode, "vision": self.supports_vision}
+
+    def effective_temperature(self, request: Request) -> float:
+        # Such a model samples at its default (1 for OpenAI's) however it is asked: every call is a fresh
+        # draw, so sample indices and repeats must not share a cache entry. A spec marked ?reasoning=1 is
+        # taken to sample at its server's default too (reasoning servers commonly override the temperature).
+        return 1.0 if _ignores_temperature(self.name) or self.reasoning_flag is True else request.temperature
 
     # ------------------------------------------------------------------ client
 
@@ -195,13 +235,15 @@ class OpenAIModel(Model):
         """Our messages in Chat Completions form; images as parts for vision models, captions otherwise."""
         out: list[dict] = []
         for m in request.messages:
-            if m.images and self.supports_vision:
+            if m.images and self.supports_vision and m.image_at is not None:
+                out.append({"role": m.role, "content": _interleaved(m)})
+            elif m.images and self.supports_vision:
                 parts: list[dict] = [{"type": "text", "text": m.text_with_captions()}]
                 parts += [{"type": "image_url", "image_url": {"url": img.data_url()}} for img in m.images]
                 out.append({"role": m.role, "content": parts})
             else:
                 out.append({"role": m.role, "content": m.text_with_captions()})
-        if request.schema is not None:
+        if request.schema is not None and not request.strict_schema:
             # Many compatible servers ignore response_format, so say it in words as well.
             note = (
                 "Reply with one JSON object that conforms to the JSON schema below, and nothing else "
@@ -213,15 +255,18 @@ class OpenAIModel(Model):
                 out.insert(0, {"role": "system", "content": note})
         return out
 
-    def response_format(self, request: Request) -> dict | None:
+    def response_format(self, request: Request, form: str | None = None) -> dict | None:
         if request.schema is None:
             return None
-        if self.json_mode == "json_object":
-            return {"type": "json_object", "schema": request.schema}  # llama.cpp server's form
-        # strict=False: strict mode rejects schemas pydantic commonly emits (optional fields, defaults).
-        return {"type": "json_schema", "json_schema": {"name": request.schema_name, "schema": request.schema, "strict": False}}
+        # The server sees a copy its grammar engine can compile (no huge repetition bounds); `complete`
+        # validates against the full schema. A strict request reproduces a released one: sent as given.
+        schema = request.schema if request.strict_schema else server_schema(request.schema)
+        if (form or self.json_mode) == "json_object":
+            return {"type": "json_object", "schema": schema}  # llama.cpp server's form
+        # strict=False unless asked: strict mode rejects schemas pydantic commonly emits (optional fields, defaults).
+        return {"type": "json_schema", "json_schema": {"name": request.schema_name, "schema": schema, "strict": request.strict_schema}}
 
-    def request_args(self, request: Request) -> dict:
+    def request_args(self, request: Request, form: str | None = None) -> dict:
         args: dict[str, Any] = {"model": self.name, "messages": self.wire_messages(request)}
         if _reasoning_model(self.name):
             # OpenAI's reasoning models take max_completion_tokens and only their default temperature.
@@ -232,7 +277,7 @@ class OpenAIModel(Model):
             value = getattr(request, key)
             if value is not None:
                 args[key] = value
-        fmt = self.response_format(request)
+        fmt = self.response_format(request, form)
         if fmt is not None:
             args["response_format"] = fmt
         return args
@@ -240,10 +285,39 @@ class OpenAIModel(Model):
     # ------------------------------------------------------------------ the call
 
     async def generate(self, request: Request) -> Generation:
-        args = self.request_args(request)
+        if request.schema is None:
+            return await self._send(request, self.request_args(request))
+        forms = forms_in_order(self.memory.form() or self.json_mode)
+        refused: list[UnsupportedParameter] = []
+        for form in forms:
+            try:
+                generation = await self._send(request, self.request_args(request, form))
+            except UnsupportedParameter as exc:
+                if exc.param != "response_format":
+                    raise
+                refused.append(exc)
+                self.memory.refused(form)
+                continue
+            if refused:  # a form was rejected and this one was taken: say so once, for the run and the store
+                self.memory.learn(form, [forms[i] for i in range(len(refused))])
+            return generation
+        said = "; ".join(f"{form}: {exc.detail}" for form, exc in zip(forms, refused))
+        raise ModelCallError(
+            f"{self.id}: the server at {self.base_url or 'the OpenAI API'} rejected every structured-output form ({said}).",
+            "Use a server that enforces JSON schemas (llama.cpp, vLLM, SGLang, OpenAI), or upgrade this one.",
+            kind="unsupported_parameter",
+            model=self.id,
+        )
+
+    async def _send(self, request: Request, args: dict) -> Generation:
         client = self._client()
         try:
-            response = await client.chat.completions.create(**args, timeout=request.timeout_s)
+            # The SDK's timeout is per read, so a server trickling bytes could hold a call for ever:
+            # asyncio.timeout makes timeout_s a total deadline for the attempt, body included.
+            async with asyncio.timeout(request.timeout_s):
+                response = await client.chat.completions.create(**args, timeout=request.timeout_s)
+        except TimeoutError:
+            raise TransientModelError(f"{self.id} did not finish within {request.timeout_s:g}s.", kind="timeout", model=self.id) from None
         except openai.APITimeoutError as exc:  # before APIConnectionError, its parent
             if _refused(exc):  # the aiohttp transport reports a refused connection as a connect timeout
                 raise TransientModelError(f"{self.id}: cannot reach {self.base_url or 'the OpenAI API'} (connection refused).", kind="connection", model=self.id) from None
@@ -253,6 +327,9 @@ class OpenAIModel(Model):
         except openai.APIResponseValidationError as exc:
             raise TransientModelError(f"{self.id} sent a response that does not fit the Chat Completions format: {exc.message}", kind="malformed_response", model=self.id) from None
         except openai.APIStatusError as exc:
+            param = rejected_parameter(exc.status_code, exc.body, _server_message(exc), args)
+            if param is not None:
+                raise UnsupportedParameter(self.id, param, _server_message(exc)[:500], exc.status_code) from None
             raise self._status_error(exc) from None
         except ValueError as exc:  # json.JSONDecodeError on a truncated body, pydantic errors on odd shapes
             raise TransientModelError(f"{self.id} sent a body that could not be decoded ({type(exc).__name__}: {exc}).", kind="malformed_response", model=self.id) from None

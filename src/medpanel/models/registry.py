@@ -4,6 +4,8 @@ Spec grammar:  PROVIDER[:NAME][@BASE_URL][?key=value&...]
     openai:gpt-4o-mini
     openai:my-model@http://127.0.0.1:8000/v1?vision=true&key_env=VLLM_API_KEY
     local                      (the embedded SmolLM2-135M-Instruct)
+    local?path=/models/x.gguf  (any chat GGUF; labelled by its file name)
+    openai:...?small=1 | ?reasoning=1   (size and thinking, for default token budgets; local too)
     scripted:echo | scripted:replies.yaml | scripted:"fixed text"
     replay:transcript.jsonl#Speaker
     human | human:Medical Oncologist
@@ -22,7 +24,7 @@ from medpanel.models.runtime import Runtime
 # provider -> (module, class, one-line description). Modules are imported only when a spec uses them.
 PROVIDERS: dict[str, tuple[str, str, str]] = {
     "openai": ("medpanel.models.openai_compat", "OpenAIModel", "any OpenAI-compatible Chat Completions server"),
-    "local": ("medpanel.models.local", "LocalModel", "embedded SmolLM2-135M-Instruct via llama.cpp, offline"),
+    "local": ("medpanel.models.local", "LocalModel", "embedded SmolLM2-135M-Instruct (or any GGUF, ?path=) via llama.cpp, offline"),
     "scripted": ("medpanel.models.scripted", "ScriptedModel", "scripted fake for tests and examples"),
     "replay": ("medpanel.models.replay", "ReplayModel", "answers from a recorded transcript"),
     "human": ("medpanel.models.human", "HumanModel", "a person answering at the terminal"),
@@ -35,6 +37,22 @@ class ModelSpec:
     name: str = ""
     base_url: str | None = None
     params: dict[str, str] = field(default_factory=dict)
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def spec_flag(params: dict[str, str], name: str, default: bool) -> bool:
+    """A yes/no spec option (?vision=true, ?small=1), `default` when the spec does not give it."""
+    if name not in params:
+        return default
+    low = params[name].strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise UsageError(f"Spec parameter {name}={params[name]!r} is not a yes/no value.", f"Write {name}=true or {name}=false.")
 
 
 def provider_names() -> list[str]:
@@ -81,4 +99,6 @@ def build_model(spec: str | Model, runtime: Runtime | None = None, **kwargs) -> 
         return spec
     parsed = parse_spec(spec)
     cls = provider_class(parsed.provider)
-    return cls.from_spec(parsed, runtime or Runtime(), **kwargs)  # type: ignore[attr-defined]
+    model = cls.from_spec(parsed, runtime or Runtime(), **kwargs)  # type: ignore[attr-defined]
+    model.runtime.check_prices([model])  # a dollar cap refuses a model it cannot price, before any call
+    return model

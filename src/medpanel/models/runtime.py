@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import contextvars
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
+from medpanel.errors import UsageError
 from medpanel.models.budget import Budget
 from medpanel.models.pricing import PriceTable
 from medpanel.models.retry import RetryPolicy
@@ -24,7 +25,7 @@ class CallCache(Protocol):
         """Store a finished call and log it as made (not cached) for `scope`."""
 
     def log_call(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
-                 usage: tuple[int, int, float] = (0, 0, 0.0)) -> None: ...
+                 usage: tuple[int, int, float] = (0, 0, 0.0), served_model: str | None = None, truncated: bool | None = None) -> None: ...
 
 
 # The (run, item, repeat) a call belongs to, set by the runner around each item. It attributes calls in
@@ -40,4 +41,48 @@ class Runtime:
     prices: PriceTable = field(default_factory=PriceTable.default)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_reasks: int = 2
-    timeout_s: float = 120.0
+    timeout_s: float = 120.0  # a total deadline per attempt, body included (not an idle timeout)
+
+    def worst_call_s(self) -> float:
+        """The longest one request can take: every attempt runs to its deadline, and every wait between
+        attempts is the longest the retry policy allows (a server's Retry-After is capped at max_delay_s).
+        Each structured-output re-ask is a further request with the same bound."""
+        return self.retry.max_attempts * self.timeout_s + (self.retry.max_attempts - 1) * self.retry.max_delay_s
+
+    def worst_call_text(self) -> str:
+        attempts = self.retry.max_attempts
+        return f"≤{self.worst_call_s():g}s/call ({attempts}×{self.timeout_s:g}s + {attempts - 1}×{self.retry.max_delay_s:g}s)"
+
+    def check_prices(self, models: Iterable[Any]) -> None:
+        """Refuse a dollar cap that could never trip: every billed model (or spec) must have a price.
+
+        Models that cost nothing to call (the embedded local model, scripted fakes, replays, people)
+        pass; so does anything when no --max-dollars is set."""
+        if self.budget.max_dollars is None:
+            return
+        for model in models:
+            name, server, billed, priced_in_spec = _pricing_identity(model)
+            if billed and not priced_in_spec and self.prices.lookup(name, server) is None:
+                from medpanel.models.pricing import price_key
+
+                raise UsageError(
+                    f"--max-dollars {self.budget.max_dollars:g} is set, but the price of {name!r}"
+                    f"{f' at {server}' if server else ''} is unknown, so its calls would cost $0 and the cap would never trip.",
+                    f"Give its price in USD per 1K tokens: a --prices file (MEDPANEL_PRICES) with the entry "
+                    f"'{price_key(name, server)}: {{input: 0.0005, output: 0.0015}}', or add ?price_in=..&price_out=.. to the "
+                    f"model spec (price_in=0&price_out=0 for a free server).",
+                )
+
+
+def _pricing_identity(model: Any) -> tuple[str, str | None, bool, bool]:
+    """(name, server, billed, priced in the spec) of a ready Model or of a spec string."""
+    if isinstance(model, str):
+        from medpanel.models.registry import parse_spec, provider_class
+
+        try:
+            spec = parse_spec(model)
+        except UsageError:  # not a spec (a setting such as judge="off"): building it would say so, not this check
+            return model, None, False, False
+        billed = bool(getattr(provider_class(spec.provider), "billed", False))
+        return spec.name, spec.base_url, billed, "price_in" in spec.params or "price_out" in spec.params
+    return str(getattr(model, "name", "")), getattr(model, "base_url", None), bool(getattr(model, "billed", False)), False

@@ -4,6 +4,7 @@
     model.enqueue("another")
     ...
     model.history   # the Requests it received, in order
+    ScriptedModel(small=True) / ScriptedModel(reasoning=True)   # budgets as for such a model
 
 Replies are consumed in order. Each may be a string, a dict or list (sent as JSON text), an exception
 (raised, to simulate failure), or a function of the Request returning any of these. With no queue,
@@ -45,10 +46,15 @@ class ScriptedModel(Model):
         responder: Callable[[Request], Any] | None = None,
         delay_s: float = 0.0,
         cacheable: bool = False,
+        small: bool = False,
+        reasoning: bool = False,
         runtime: Runtime | None = None,
     ) -> None:
         super().__init__(name, runtime)
         self.cacheable = cacheable  # off by default: a queue's next reply is not a function of the request
+        # So a test can sit a fake in a small or a reasoning model's seat and see the budget it gets.
+        self.small = small
+        self.reasoning = reasoning
         self.queue: deque[Script] = deque(replies or [])
         self.responder = responder if responder is not None else (None if replies else echo)
         self.delay_s = delay_s

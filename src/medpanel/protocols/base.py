@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medpanel.cases.model import Case
 from medpanel.errors import BudgetExceeded, ModelCallError, UsageError
@@ -21,6 +22,53 @@ class Outcome(BaseModel):
     answer: str | None = None  # the short answer: an option letter, a conclusion, a diagnosis
     data: dict[str, Any] = Field(default_factory=dict)
     transcript: Transcript = Field(default_factory=Transcript)
+
+
+class Settings(BaseModel):
+    """A protocol's settings: plain data stored with the run. A key that names no setting is an error:
+    dropping it would store a setting the run never used (`rounds=1` where the field is `max_rounds`)."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    # Token settings whose None means "fit the seat": name -> (budget of a small model, of any other).
+    budgets: ClassVar[dict[str, tuple[int, int]]] = {}
+
+    def tokens_for(self, model: Model, name: str = "max_tokens", times: int = 1) -> int:
+        """max_tokens for one call by `model`: the setting `name` (times `times`) when given, else the
+        budget that fits the model (see Model.token_budget); `times` scales a call worth several turns."""
+        small, full = self.budgets[name]
+        requested = getattr(self, name)
+        return model.token_budget(None if requested is None else requested * times, small=small * times, full=full * times)
+
+
+def setting_names(settings: type[BaseModel]) -> list[str]:
+    """The keys a run may set: every field that is stored (not the live hooks, which are excluded)."""
+    return [name for name, info in settings.model_fields.items() if not info.exclude]
+
+
+def build_settings(settings: type[BaseModel], values: dict[str, Any], protocol: str) -> BaseModel:
+    """Settings from plain values (--set, a stored run), or a UsageError: an unknown key is named with the
+    closest real ones, and every invalid value with its problem."""
+    names = setting_names(settings)
+    unknown = [key for key in values if key not in names]
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, names, n=2, cutoff=0.6)
+            hints.append(f"'{key}'" + (f" (did you mean {' or '.join(close)}?)" if close else ""))
+        raise UsageError(f"The {protocol} protocol has no setting {', '.join(hints)}.", f"Its settings are: {', '.join(names)}.")
+    try:
+        return settings.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()[:5])
+        raise UsageError(f"Invalid settings for the {protocol} protocol: {problems}.", f"Its settings are: {', '.join(names)}.") from None
+
+
+def seat_labels(seats: Any) -> dict[str, str]:
+    """What prompts call each seat: "Panelist 1", "Panelist 2"... in seat order. A seat's name is its model
+    spec (a server URL, a key's env name): it stays in the transcript, never in what a model is shown, so
+    a prompt (and its cache key) is the same wherever the server runs."""
+    return {seat: f"Panelist {i}" for i, seat in enumerate(seats, 1)}
 
 
 @dataclass

@@ -18,7 +18,7 @@ from medpanel.cases.model import Case
 from medpanel.errors import BudgetExceeded, ModelCallError
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
 from medpanel.protocols.debate import PanelSettings, answer_messages, initial_answers, majority_vote, seat_options, tie_half_credit
-from medpanel.scoring.exact import exact_match, parse_choice
+from medpanel.scoring.exact import exact_match, read_choice
 from medpanel.transcript import Transcript
 
 
@@ -72,9 +72,8 @@ async def run_self_consistency(case: Case, panel: Panel, settings: SelfConsisten
     messages = answer_messages(case)
 
     async def draw(i: int):
-        reply = await model.complete(messages, **seat_options(settings, i, settings.k))
-        choice = parse_choice(reply.text, case.options)
-        return reply, choice
+        reply = await model.complete(messages, **seat_options(settings, i, settings.k, model))
+        return reply, read_choice(reply.text, case.options)
 
     results = await asyncio.gather(*(draw(i) for i in range(settings.k)), return_exceptions=True)
     budget = next((r for r in results if isinstance(r, BudgetExceeded)), None)
@@ -87,11 +86,11 @@ async def run_self_consistency(case: Case, panel: Panel, settings: SelfConsisten
             raise result
     transcript = Transcript()
     choices: list[str | None] = []
-    for i, (reply, choice) in enumerate(results):  # type: ignore[misc]
+    for i, (reply, read) in enumerate(results):  # type: ignore[misc]
         event = transcript.add_reply(reply, speaker=f"{seat}~{i}", role="sample", round=i, phase="sample",
-                                     data={"choice": choice, "parsed": choice is not None, "sample_index": i})
+                                     data={**read.as_data(), "sample_index": i})
         settings.emit(event)
-        choices.append(choice)
+        choices.append(read.choice)
     decision = _decide(transcript, choices, settings, case)
     return Outcome(answer=decision["answer"], transcript=transcript,
                    data={"samples": choices, "decision": decision, "parsed": decision["answer"] is not None})

@@ -2,19 +2,23 @@
 
 The written meeting is parsed leniently into a Transcript (one turn per speaker line) plus the
 board's conclusion, so the same scorers apply to it as to a live board.
+
+`max_tokens` unset fits the writer: 600 for the whole meeting on a small model (the embedded one), 4096
+on others, plus REASONING_ALLOWANCE where hidden reasoning counts (see Model.token_budget). A meeting
+cut by the budget is recorded as truncated (and the format score treats it so).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
 from medpanel.cases.model import Case
 from medpanel.models import build_model
 from medpanel.models.messages import Message
-from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
+from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings
 from medpanel.scoring import judges
 from medpanel.scoring.board_format import parse_board_response, score_format
 from medpanel.scoring.text import bertscore, rouge_l
@@ -28,11 +32,12 @@ SYSTEM = (
     "<conclusion>Two to four sentences stating the agreed plan.</conclusion>"
 )
 
-class MeetingScoring(BaseModel):
+class MeetingScoring(Settings):
     """What to score a meeting with beyond its format and ROUGE-L: both board protocols take these."""
 
     judge: str | None = None  # model spec of the judge: conclusion alignment, four decisions, consistency
     judge_prompt_files: dict[str, str] = Field(default_factory=dict)  # rubric -> the paper's own prompt file
+    judge_mode: Literal["medpanel", "released"] = "medpanel"  # released: the benchmark's own evaluation (docs/judges.md)
     bertscore: bool = False  # BERTScore of the conclusion with the bundled MiniLM (the text-metrics extra)
     _scopes: judges.ScopeBook = PrivateAttr(default_factory=judges.ScopeBook)  # decision scopes, frozen per reference for the run
 
@@ -43,7 +48,7 @@ async def judge_meeting(case: Case, outcome: Outcome, settings: MeetingScoring, 
         judge = build_model(settings.judge, runtime)
         try:
             results = await judges.judge_board(judge, case, outcome.data.get("raw", ""), scopes=settings._scopes,
-                                               prompt_files=settings.judge_prompt_files or None)
+                                               prompt_files=settings.judge_prompt_files or None, mode=settings.judge_mode)
         finally:
             await judge.aclose()
         for result in results.values():
@@ -56,8 +61,10 @@ async def judge_meeting(case: Case, outcome: Outcome, settings: MeetingScoring, 
 
 
 class BoardSettings(MeetingScoring):
+    budgets: ClassVar[dict[str, tuple[int, int]]] = {"max_tokens": (600, 4096)}
+
     temperature: float = 0.0
-    max_tokens: int = 600
+    max_tokens: int | None = Field(default=None, ge=16)  # the whole meeting; None: fit the writer
     # "auto": small embedded models write the meeting as schema-constrained JSON (they cannot hold the
     # tag format on their own), rendered back into the tag format; every other model writes the tags.
     structured: Literal["auto", "always", "never"] = "auto"
@@ -97,7 +104,7 @@ async def run(case: Case, panel: Panel, settings: BoardSettings) -> Outcome:
     seat, model = panel.first()
     user = Message(role="user", content=board_prompt(case), images=case.images() if model.supports_vision else [])
     structured = settings.structured == "always" or (settings.structured == "auto" and model.provider == "local")
-    options = {"temperature": settings.temperature, "max_tokens": settings.max_tokens}
+    options = {"temperature": settings.temperature, "max_tokens": settings.tokens_for(model)}
     if settings.frequency_penalty is not None:
         options["frequency_penalty"] = settings.frequency_penalty
     if structured:
@@ -116,7 +123,7 @@ async def run(case: Case, panel: Panel, settings: BoardSettings) -> Outcome:
         transcript.add("decision", parsed.conclusion, speaker="Board", phase="conclusion")
     outcome = Outcome(answer=parsed.conclusion, transcript=transcript,
                       data={"parse_status": parsed.status, "warnings": parsed.warnings, "turns": len(parsed.turns), "raw": reply.text,
-                            "output_tokens": reply.usage.output_tokens, "truncated": reply.finish_reason == "length"})
+                            "output_tokens": reply.usage.output_tokens, "truncated": reply.truncated})
     await judge_meeting(case, outcome, settings, model.runtime)
     return outcome
 

@@ -9,11 +9,16 @@ is the same transcript and the same tagged meeting text as Board Simulation, so 
     opening (moderator: presents, names the specialists)
     up to max_turns times: moderator gives the floor (or closes early) -> that specialist speaks
     closing (moderator: the conclusion in two to four sentences)
+
+Prompts name the seats by their roles only, never by the model behind them. Token budgets when not set
+(small model such as the embedded one / any other; a reasoning model gets REASONING_ALLOWANCE more):
+`turn_tokens` 160 / 1024 per turn and per floor decision, twice that for the opening; `conclusion_tokens`
+200 / 1024. Each seat's budget fits its own model. A reply cut by its budget is marked truncated.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, Field, create_model
 
@@ -53,13 +58,15 @@ SPECIALIST_SYSTEM = (
 
 
 class LiveBoardSettings(MeetingScoring):
+    budgets: ClassVar[dict[str, tuple[int, int]]] = {"turn_tokens": (160, 1024), "conclusion_tokens": (200, 1024)}
+
     max_turns: int = Field(default=6, ge=1, le=40)  # specialist turns, the bound on the whole meeting
     max_specialists: int = Field(default=4, ge=1, le=len(CATALOGUE))
     roles: list[str] = Field(default_factory=list)  # specialists who must be seated, whatever the moderator says
     seats: dict[str, str] = Field(default_factory=dict)  # role -> model spec ("Moderator" included)
     humans: list[str] = Field(default_factory=list)  # roles taken by a person at the terminal
-    turn_tokens: int = Field(default=160, ge=16)
-    conclusion_tokens: int = Field(default=200, ge=32)
+    turn_tokens: int | None = Field(default=None, ge=16)  # None: fit the seat
+    conclusion_tokens: int | None = Field(default=None, ge=32)
     temperature: float = 0.0
     # Streams each event as it happens (CLI, web). Not part of the stored settings.
     on_event: Callable[[Event], Any] | None = Field(default=None, exclude=True)
@@ -124,10 +131,11 @@ class Meeting:
         images = self.case.images() if model.supports_vision else []
         return Message(role="user", content=f"{board_prompt(self.case)}\n\n{extra}", images=images)
 
-    async def ask(self, role: str, system: str, extra: str, *, schema: Any = None, max_tokens: int) -> Any:
+    async def ask(self, role: str, system: str, extra: str, *, schema: Any = None, budget: str = "turn_tokens", times: int = 1) -> Any:
+        """One call to the seat of `role`; `budget` names the token setting it spends, fitted to that seat's model."""
         model = self.model_for(role)
-        return await model.complete([Message(role="system", content=system), self.case_message(model, extra)],
-                                    schema=schema, temperature=self.settings.temperature, max_tokens=max_tokens)
+        return await model.complete([Message(role="system", content=system), self.case_message(model, extra)], schema=schema,
+                                    temperature=self.settings.temperature, max_tokens=self.settings.tokens_for(model, budget, times))
 
 
 def _pick_roles(proposed: list[str], settings: LiveBoardSettings) -> list[str]:
@@ -160,7 +168,7 @@ async def _hold(meeting: "Meeting", case: Case, settings: LiveBoardSettings) -> 
     # Opening: present the case and choose who speaks.
     catalogue = ", ".join(dict.fromkeys(CATALOGUE + settings.roles + settings.humans))
     opening = await meeting.ask(MODERATOR, MODERATOR_SYSTEM, f"Open the meeting: present the case briefly and name the specialists "
-                                f"who must speak, chosen from: {catalogue}.", schema=Opening, max_tokens=settings.turn_tokens * 2)
+                                f"who must speak, chosen from: {catalogue}.", schema=Opening, times=2)
     roles = _pick_roles(opening.parsed.specialists, settings) or settings.roles or ["Medical Oncologist"]
     meeting.record(MODERATOR, opening.parsed.presentation, opening, "opening", 1, data={"specialists": roles})
 
@@ -175,15 +183,15 @@ async def _hold(meeting: "Meeting", case: Case, settings: LiveBoardSettings) -> 
                                      f"Discussion so far:\n{meeting.discussion_so_far()}\n\nSeated specialists: {', '.join(roles)}. "
                                      f"Not yet heard: {', '.join(unheard) or 'none'}. Give the floor to one of {', '.join(offered)} with a "
                                      f"focused question, or choose '{CLOSE}' when the board can decide.",
-                                     schema=_floor_schema(offered), max_tokens=settings.turn_tokens)
+                                     schema=_floor_schema(offered))
         speaker, question = decision.parsed.next_speaker, decision.parsed.question.strip()
-        meeting.transcript.add("note", question, speaker=MODERATOR, role=MODERATOR, model=decision.model, round=turn + 2,
-                               phase="floor", data={"next_speaker": speaker})
+        meeting.transcript.add("note", question, speaker=MODERATOR, role=MODERATOR, model=decision.model, round=turn + 2, phase="floor",
+                               data={"next_speaker": speaker} | ({"truncated": True} if decision.truncated else {}))
         if speaker == CLOSE:
             break
         reply = await meeting.ask(speaker, SPECIALIST_SYSTEM.format(role=speaker),
                                   f"Discussion so far:\n{meeting.discussion_so_far()}\n\nThe moderator asks you: "
-                                  f"{question or 'What is your view?'}", max_tokens=settings.turn_tokens)
+                                  f"{question or 'What is your view?'}")
         said, trimmed = first_sentences(" ".join(reply.text.split()), 3)
         meeting.record(speaker, said, reply, "discussion", turn + 2, data={"trimmed": trimmed})
         last_speaker = speaker
@@ -192,7 +200,7 @@ async def _hold(meeting: "Meeting", case: Case, settings: LiveBoardSettings) -> 
 
     # Closing: the conclusion.
     closing = await meeting.ask(MODERATOR, MODERATOR_SYSTEM, f"Discussion:\n{meeting.discussion_so_far()}\n\nClose the meeting: "
-                                "state the board's plan in two to four sentences.", schema=Closing, max_tokens=settings.conclusion_tokens)
+                                "state the board's plan in two to four sentences.", schema=Closing, budget="conclusion_tokens")
     conclusion, trimmed = first_sentences(" ".join(closing.parsed.conclusion.split()), 4)
     meeting.record(MODERATOR, conclusion, closing, "conclusion", len(meeting.spoken) + 1, data={"trimmed": trimmed})
     meeting.transcript.add("decision", conclusion, speaker="Board", phase="conclusion")

@@ -13,7 +13,8 @@ Every physician turn is a structured reply `{action: ask|submit, message}`, so e
 (decoding under the schema's grammar) or a person at the terminal ends the consult explicitly;
 on "submit" a second call asks for the `Discharge`. The assistant gets no schema and is never asked
 for the discharge. `max_turns` bounds the dialogue: a physician who has not submitted by then ends
-the consult "unfinished" (Outcome.status), recorded with its turns and scored apart (see `score`).
+the consult "unfinished" (Outcome.status), recorded with its turns and scored as an empty
+prediction unless `unfinished="exclude"` (see `score`).
 
 Baselines: the physician alone writes the discharge from the chief complaint ("baseline", MedSyn's
 "phy w/complaint") or from the whole note ("baseline-note", "phy w/full_note"), in one turn.
@@ -24,15 +25,15 @@ from __future__ import annotations
 import re
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from medpanel.cases.model import Case
 from medpanel.errors import UsageError
 from medpanel.models.base import Model, Reply
-from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
-from medpanel.scoring.icd10 import EmptyPolicy, code_table, icd10_scores, metric_names, parse_codes
+from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings
+from medpanel.scoring.icd10 import EmptyPolicy, code_table, icd10_scores, metric_names, parse_codes, token_code
 from medpanel.transcript import Event, Transcript
 
 PHYSICIAN, ASSISTANT = "Physician", "Assistant"
@@ -86,49 +87,143 @@ class PhysicianTurn(BaseModel):
         return value.strip().lower() if isinstance(value, str) else value
 
 
+# How a discharge item may run codes together: commas, semicolons, and joining words ("N13.5, D18.09 and N23").
+_ITEM_SEPARATORS = re.compile(r"[,;/&+]|\s(?:and|or|plus)\s", re.IGNORECASE)
+# A dash joining codes with no space ("E11.9-I10", "E11.9–I10", "E11.9—I10", "E11.9‑I10"): ASCII hyphen, the
+# Unicode hyphens and dashes (U+2010-U+2015), minus signs and full-width hyphen. It separates only a word
+# made wholly of codes, so "E11-9" stays one (unread) word and "B12‑related" one description word.
+_DASHES = re.compile("[-\u2010-\u2015\u2212\u2043\ufe58\ufe63\uff0d]")
+_PARENTHESISED = re.compile(r"\([^)]*\)?|\[[^\]]*\]?")  # a description in brackets, even one left open
+
+
+def read_discharge_codes(value: str | list[Any]) -> tuple[list[Any], list[str]]:
+    """(codes, unread) from a discharge's codes as written: every code kept, in order, each once.
+
+    An item may hold several codes and a description: "E119 I10", "N13.5, D18.09 and N23",
+    "Type 2 diabetes E11.9", "D51.0 (vitamin B12 deficiency anemia)". Each part (between commas,
+    semicolons, joining words, or dashes inside a word made of codes: "E11.9–I10") gives the codes at
+    its start and at its end, any longer code (E78.5, E785) among its words, and a three-character
+    one among its words when the ICD-10-CM table lists it as a category ("G40 epilepsy G43 migraine"). Text in brackets is a description, read for codes only when the
+    rest of the item has none ("Type 2 diabetes (E11.9)").
+
+    `unread` lists what was not taken as a code but might have been one: a three-character
+    code-shaped word among words that is no category ("vitamin B12"), or one in a bracketed description, and a part with a
+    digit but no code ("250.00", "E11-9"). An item with no code at all stays among the codes as
+    text, so that the Discharge check fails and the author is asked again. Non-strings pass through
+    for the schema to refuse.
+    """
+    items = [value] if isinstance(value, str) else list(value) if isinstance(value, list) else [value]
+    codes: list[Any] = []
+    unread: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            codes.append(item)
+            continue
+        bracketed = " ; ".join(m.strip("()[] ") for m in _PARENTHESISED.findall(item))
+        found, skipped = _read_parts(_PARENTHESISED.sub(" ", item))
+        if found:  # the brackets describe the codes: whatever looks like a code in them is listed
+            skipped += [t for t in bracketed.split() if token_code(t)]
+        else:
+            found, skipped = _read_parts(bracketed)
+        if not found:
+            codes.append(item.strip())
+            unread.append(item.strip())
+            continue
+        codes.extend(found)
+        unread.extend(skipped)
+    if all(isinstance(c, str) for c in codes):
+        codes = list(dict.fromkeys(codes))
+    return codes, unread
+
+
+def _read_parts(text: str) -> tuple[list[str], list[str]]:
+    """(codes, unread) of text without brackets, part by part (see read_discharge_codes)."""
+    found: list[str] = []
+    skipped: list[str] = []
+    for part in _ITEM_SEPARATORS.split(text):
+        tokens = [piece for word in part.split() for piece in _dashed_codes(word)]
+        read = [token_code(t) for t in tokens]
+        if not any(read):
+            if any(ch.isdigit() for ch in part):
+                skipped.append(part.strip())
+            continue
+        lead = _leading_run(read)
+        trail = _leading_run(read[::-1]) if len(lead) < len(read) else []
+        found.extend(lead)
+        for token, code in zip(tokens[len(lead):len(read) - len(trail)], read[len(lead):len(read) - len(trail)]):
+            if code is not None:  # among words: a longer code, or a three-character one the code table lists
+                keep = len(code) > 3 or _is_category(code)
+                (found if keep else skipped).append(code if keep else token)
+        found.extend(trail[::-1])
+    return found, skipped
+
+
+def _dashed_codes(word: str) -> list[str]:
+    """A word of codes joined by dashes as its codes; any other word as it is."""
+    pieces = _DASHES.split(word)
+    return pieces if len(pieces) > 1 and all(token_code(p) for p in pieces) else [word]
+
+
+def _is_category(code: str) -> bool:
+    """Whether a three-character code is an ICD-10-CM category ("I10", "G43"; not "B12"). Without the
+    code table (no shared data) none is, and such a word stays unread as before."""
+    try:
+        return code in code_table().categories
+    except UsageError:
+        return False
+
+
+def _leading_run(read: list[str | None]) -> list[str]:
+    """The codes at the start of a part's tokens, up to its first word."""
+    run = []
+    for code in read:
+        if code is None:
+            break
+        run.append(code)
+    return run
+
+
 # The discharge text MedSyn scores: the diagnosis and its ICD-10 codes.
 class Discharge(BaseModel):
     diagnosis: str = Field(min_length=1, max_length=400, description="the patient's final diagnosis")
     codes: list[Annotated[str, Field(pattern=CODE_PATTERN)]] = Field(
         min_length=1, max_length=15, description="ICD-10-CM codes for the diagnosis")
+    # What the codes as written held that was not read as a code (see read_discharge_codes); not in the schema.
+    _unread: list[str] = PrivateAttr(default_factory=list)
 
-    @field_validator("codes", mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _split_loose_items(cls, value: Any) -> Any:
-        """'E11.9 I10' or 'E11.9 (diabetes)' typed as one item becomes its codes; an item with none stays, to fail."""
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list):
-            return value
-        out: list[Any] = []
-        for item in value:
-            if not isinstance(item, str):
-                out.append(item)
-                continue
-            # Each code is followed by an optional description: keep codes, never code-like words of the
-            # description ("D51.0 (vitamin B12 deficiency anemia)" is D51.0, not D51.0 and B12).
-            for part in re.split(r"[,;]", item):
-                found = []
-                for token in part.split("(")[0].split():  # the leading run of codes, up to the first word
-                    if parse_codes(token) != [token.upper().rstrip(".")]:
-                        break
-                    found.append(parse_codes(token)[0])
-                found = found or parse_codes(part)[:1]
-                out.extend(found or ([part.strip()] if part.strip() else []))
-        return out
+    def _read_loose_codes(cls, data: Any, handler: Any) -> "Discharge":
+        unread: list[str] = []
+        if isinstance(data, dict) and "codes" in data:
+            codes, unread = read_discharge_codes(data["codes"])
+            data = {**data, "codes": codes}
+        discharge = handler(data)
+        discharge._unread = unread
+        return discharge
+
+    @property
+    def unread(self) -> list[str]:
+        return list(self._unread)
 
 
 EventHook = Callable[[Event], None]
+UnfinishedPolicy = Literal["empty", "exclude"]
 
 
-class ConsultSettings(BaseModel):
+class ConsultSettings(Settings):
+    # max_tokens / discharge_max_tokens when not set: (small model such as the embedded one, any other);
+    # a reasoning model gets REASONING_ALLOWANCE more (Model.token_budget).
+    budgets: ClassVar[dict[str, tuple[int, int]]] = {"max_tokens": (256, 1024), "discharge_max_tokens": (256, 1024)}
+
     max_turns: int = Field(default=20, ge=3, le=200, description="messages in all, the discharge included; past it the consult is unfinished")
     min_questions: int = Field(default=1, ge=1, le=50, description="questions the physician must ask before it may submit")
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    max_tokens: int = Field(default=256, ge=16, description="per question or answer")
-    discharge_max_tokens: int = Field(default=256, ge=16)
+    max_tokens: int | None = Field(default=None, ge=16, description="per question or answer; None: fit the seat")
+    discharge_max_tokens: int | None = Field(default=None, ge=16)
     frequency_penalty: float | None = None
     empty_prediction: EmptyPolicy = "zero"
+    unfinished: UnfinishedPolicy = Field(default="empty", description="an unfinished consult scores as an empty prediction (empty) or is left out of the ICD-10 means (exclude)")
     # Called with every event as it is recorded, e.g. to show the dialogue live. Never stored.
     on_event: EventHook | None = Field(default=None, exclude=True)
 
@@ -140,9 +235,11 @@ class ConsultSettings(BaseModel):
         return self
 
 
-class BaselineSettings(BaseModel):
+class BaselineSettings(Settings):
+    budgets: ClassVar[dict[str, tuple[int, int]]] = {"discharge_max_tokens": (256, 1024)}
+
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    discharge_max_tokens: int = Field(default=256, ge=16)
+    discharge_max_tokens: int | None = Field(default=None, ge=16)
     frequency_penalty: float | None = None
     empty_prediction: EmptyPolicy = "zero"
     on_event: EventHook | None = Field(default=None, exclude=True)
@@ -205,6 +302,8 @@ class _Recorder:
         self.hook = hook
 
     def reply(self, reply: Reply, *, speaker: str, role: str, round: int, phase: str, data: dict | None = None, kind: str = "turn") -> Event:
+        if reply.truncated:  # cut by its token budget ("length", "max_tokens"): the text alone does not say so
+            data = {**(data or {}), "truncated": True}
         event = self.transcript.add(kind, reply.text, speaker=speaker, role=role, model=reply.model, round=round, phase=phase,
                                     data=data or {}, input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
                                     latency_s=reply.latency_s, cost_usd=reply.cost_usd, cached=reply.cached)
@@ -219,16 +318,17 @@ class _Recorder:
         return event
 
 
-def _options(settings: ConsultSettings | BaselineSettings, max_tokens: int) -> dict[str, Any]:
-    options: dict[str, Any] = {"temperature": settings.temperature, "max_tokens": max_tokens}
+def _options(settings: ConsultSettings | BaselineSettings, model: Model, budget: str) -> dict[str, Any]:
+    """Call options for `model`; `budget` names the token setting the call spends, fitted to the model when unset."""
+    options: dict[str, Any] = {"temperature": settings.temperature, "max_tokens": settings.tokens_for(model, budget)}
     if settings.frequency_penalty is not None:
         options["frequency_penalty"] = settings.frequency_penalty
     return options
 
 
 def _discharge_data(discharge: Discharge) -> dict[str, Any]:
-    # The validator already split and normalised the codes; parsing again drops repeats.
-    return {"diagnosis": discharge.diagnosis.strip(), "codes": parse_codes(discharge.codes)}
+    # The validator already split and normalised the codes; what it could not read is kept beside them.
+    return {"diagnosis": discharge.diagnosis.strip(), "codes": parse_codes(discharge.codes), "unread": discharge.unread}
 
 
 async def run(case: Case, panel: Panel, settings: ConsultSettings) -> Outcome:
@@ -245,7 +345,7 @@ async def run(case: Case, panel: Panel, settings: ConsultSettings) -> Outcome:
         turn += 1
         may_submit = questions >= settings.min_questions
         reply = await physician.complete(physician_view, schema=PhysicianTurn if may_submit else Question,
-                                         **_options(settings, settings.max_tokens))
+                                         **_options(settings, physician, "max_tokens"))
         action = reply.parsed.action if may_submit else "ask"
         message = reply.parsed.message.strip()
         physician_view.append({"role": "assistant", "content": reply.text})
@@ -253,7 +353,7 @@ async def run(case: Case, panel: Panel, settings: ConsultSettings) -> Outcome:
                   data={"action": action, "message": message})
         if action == "submit":
             physician_view.append({"role": "user", "content": DISCHARGE_REQUEST})
-            written = await physician.complete(physician_view, schema=Discharge, **_options(settings, settings.discharge_max_tokens))
+            written = await physician.complete(physician_view, schema=Discharge, **_options(settings, physician, "discharge_max_tokens"))
             discharge = _discharge_data(written.parsed)
             rec.reply(written, speaker=PHYSICIAN, role="physician", round=turn, phase="discharge", data=discharge, kind="decision")
             break
@@ -263,14 +363,14 @@ async def run(case: Case, panel: Panel, settings: ConsultSettings) -> Outcome:
         # The assistant's turn: answer from the note.
         turn += 1
         assistant_view.append({"role": "user", "content": message})
-        answer = await assistant.complete(assistant_view, **_options(settings, settings.max_tokens))
+        answer = await assistant.complete(assistant_view, **_options(settings, assistant, "max_tokens"))
         assistant_view.append({"role": "assistant", "content": answer.text})
         rec.reply(answer, speaker=ASSISTANT, role="assistant", round=turn, phase="evaluation" if questions == 1 else "answer")
         physician_view.append({"role": "user", "content": followup_prompt(answer.text.strip(), settings.max_turns - turn,
                                                                            questions >= settings.min_questions)})
 
     data: dict[str, Any] = {"turns": turn, "questions": questions, "max_turns": settings.max_turns,
-                            "empty_prediction": settings.empty_prediction}
+                            "empty_prediction": settings.empty_prediction, "unfinished": settings.unfinished}
     if discharge is None:
         rec.note(f"The consult reached its bound of {settings.max_turns} turns without a discharge.", phase="unfinished", round=turn)
         return Outcome(status="unfinished", answer=None, data=data | {"codes": []}, transcript=rec.transcript)
@@ -289,7 +389,7 @@ def _baseline(view: Literal["complaint", "note"]):
         (_, physician), _ = seats(panel)
         rec = _Recorder(settings.on_event)
         messages = [{"role": "system", "content": BASELINE_SYSTEM}, {"role": "user", "content": f"{given}\n\n{DISCHARGE_REQUEST}"}]
-        written = await physician.complete(messages, schema=Discharge, **_options(settings, settings.discharge_max_tokens))
+        written = await physician.complete(messages, schema=Discharge, **_options(settings, physician, "discharge_max_tokens"))
         discharge = _discharge_data(written.parsed)
         rec.reply(written, speaker=PHYSICIAN, role="physician", round=1, phase="discharge", data=discharge, kind="decision")
         data = {"turns": 1, "questions": 0, "empty_prediction": settings.empty_prediction} | discharge
@@ -305,22 +405,20 @@ def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
     """ICD-10 metrics of the discharge against the case's gold codes, with the consult's bookkeeping.
 
     `finished` is 1 for a submitted discharge, 0 for an unfinished consult; `turns` counts messages.
-    An unfinished consult has no discharge, so its ICD-10 metrics are None: means over a run are over
-    finished consults, and `finished` says how many that is (bench/bench_consult_codiesp.py also
-    reports them with unfinished consults counted as empty predictions). Without gold codes the
-    metrics are None too; the invalid-code rate needs only the prediction.
+    An unfinished consult scores as an empty prediction by default (`unfinished="empty"`, MedSyn's
+    reading): leaving it out would let a physician that never submits on hard cases score better.
+    With `unfinished="exclude"` its ICD-10 metrics are None, so means are over finished consults;
+    `finished` counts both ways. Without gold codes the metrics are None; the invalid-code rate needs
+    only the prediction. The ICD-10-CM table is required: without it this raises a UsageError naming
+    the data folder, rather than scoring with columns missing.
     """
     finished = outcome.status == "ok"
     scores: dict[str, float | None] = {"finished": 1.0 if finished else 0.0, "turns": float(outcome.data.get("turns", 0))}
     names = [*metric_names(), "invalid_rate", "n_predicted", "empty"]
-    if not finished:
+    if not finished and outcome.data.get("unfinished", "empty") == "exclude":
         return scores | dict.fromkeys(names)
-    try:
-        table = code_table()
-    except UsageError:  # no ICD-10 data here: score what needs no table
-        table = False
-    metrics = icd10_scores(outcome.data.get("codes") or [], case.reference.codes,
-                           empty=outcome.data.get("empty_prediction", "zero"), table=table)
+    predicted = (outcome.data.get("codes") or []) if finished else []
+    metrics = icd10_scores(predicted, case.reference.codes, empty=outcome.data.get("empty_prediction", "zero"), table=code_table())
     return scores | {name: metrics.get(name) for name in names}
 
 

@@ -19,29 +19,33 @@ counted as a wrong answer, and the debate never continues one seat short, which 
 Replicas of one model (`--models local,local,local`) give identical answers at temperature 0; to make
 them differ, use temperature > 0 (each seat's call carries its own sample index, so the cache keeps the
 draws apart) and, for providers that honour it, one seed per seat (`seeds`).
+
+`max_tokens` unset fits the seat: 512 per answer on a small model (the embedded one), 2048 on others,
+plus REASONING_ALLOWANCE where hidden reasoning counts (see Model.token_budget); the same budgets as the
+single protocol, so its calls and the debate's round 0 share the cache.
 """
 
 from __future__ import annotations
 
-import random
 import re
 from collections import Counter
 from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from medpanel.cases.model import Case
 from medpanel.errors import UsageError
 from medpanel.models.base import Model, Reply
-from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, gather_seats
+from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings, gather_seats
+from medpanel.protocols.single import ANSWER_BUDGET
 from medpanel.protocols.single import SYSTEM as ANSWER_SYSTEM
 from medpanel.protocols.single import question_prompt
-from medpanel.scoring.exact import exact_match, parse_choice
+# the settling rules live in settle.py, shared with replays; VoteResult and majority_vote are re-exported for callers
+from medpanel.protocols.settle import Response, TiePolicy, VoteResult, agreed_choice, majority_vote, settle  # noqa: F401
+from medpanel.scoring.exact import exact_match, read_choice
 from medpanel.transcript import Event, Transcript
-
-TiePolicy = Literal["abstain", "first-model", "random-seeded"]
 
 DEBATE_INSTRUCTIONS = (
     "You are {label} on a panel of clinicians answering the question above. Your own previous answer is "
@@ -59,13 +63,13 @@ PEER_CHOICE = re.compile(r"^--- Panelist \d+ \(round \d+\) answered ([A-J])\b", 
 NO_CHOICE = "with no clear choice"
 
 
-class PanelSettings(BaseModel):
+class PanelSettings(Settings):
     """What every panel protocol over multiple choice shares: how seats are asked and how ties are settled."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    budgets: ClassVar[dict[str, tuple[int, int]]] = {"max_tokens": ANSWER_BUDGET}
 
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    max_tokens: int = Field(default=512, ge=16)  # the single protocol's default, so its calls and round 0 share the cache
+    max_tokens: int | None = Field(default=None, ge=16)  # per answer; None: fit the seat (ANSWER_BUDGET)
     seeds: list[int] | None = None  # one per seat, sent as the request seed (honoured by local and OpenAI-style servers)
     tie_policy: TiePolicy = "abstain"
     tie_seed: int = 0  # for random-seeded: the draw is a function of this seed and the case id
@@ -83,42 +87,6 @@ class DebateSettings(PanelSettings):
     peer_max_chars: int | None = Field(default=None, ge=200)  # keep only the end of long peer answers (small contexts)
 
 
-# ---------------------------------------------------------------- voting
-
-
-@dataclass
-class VoteResult:
-    answer: str | None
-    method: str  # unanimous | majority | tie-broken | tie | no-votes
-    votes: dict[str, int]
-    tied: list[str]
-
-    def as_dict(self, policy: str) -> dict[str, Any]:
-        return {"answer": self.answer, "method": self.method, "votes": self.votes, "tied": self.tied, "tie_policy": policy}
-
-
-def majority_vote(choices: Sequence[str | None], policy: TiePolicy = "abstain", *, seed: int = 0, key: str = "") -> VoteResult:
-    """Plurality over the parsed choices, in voter order; unparsed answers cast no vote.
-
-    A tie for the most votes is settled by `policy`: "abstain" gives no answer, "first-model" the earliest
-    voter's choice among the tied, "random-seeded" a draw seeded by (seed, key) so reruns agree.
-    """
-    cast = [c for c in choices if c is not None]
-    votes = dict(sorted(Counter(cast).items()))
-    if not cast:
-        return VoteResult(None, "no-votes", {}, [])
-    top = max(votes.values())
-    tied = sorted(c for c, n in votes.items() if n == top)
-    if len(tied) == 1:
-        method = "unanimous" if len(votes) == 1 and len(cast) == len(choices) else "majority"
-        return VoteResult(tied[0], method, votes, [])
-    if policy == "abstain":
-        return VoteResult(None, "tie", votes, tied)
-    if policy == "first-model":
-        return VoteResult(next(c for c in cast if c in tied), "tie-broken", votes, tied)
-    return VoteResult(random.Random(f"{seed}:{key}").choice(tied), "tie-broken", votes, tied)
-
-
 # ---------------------------------------------------------------- asking the seats
 
 
@@ -129,9 +97,10 @@ class Stance:
     round: int
 
 
-def seat_options(settings: PanelSettings, index: int, panel_size: int) -> dict[str, Any]:
-    """Call options for one seat: its own sample index keeps replicas' sampled calls apart in the cache."""
-    options: dict[str, Any] = {"temperature": settings.temperature, "max_tokens": settings.max_tokens, "sample_index": index}
+def seat_options(settings: PanelSettings, index: int, panel_size: int, model: Model) -> dict[str, Any]:
+    """Call options for one seat: its own sample index keeps replicas' sampled calls apart in the cache,
+    and its token budget fits the seat's model unless max_tokens is set."""
+    options: dict[str, Any] = {"temperature": settings.temperature, "max_tokens": settings.tokens_for(model), "sample_index": index}
     if settings.seeds is not None:
         if len(settings.seeds) != panel_size:
             raise UsageError(f"seeds has {len(settings.seeds)} entries; {panel_size} are needed.",
@@ -193,11 +162,11 @@ async def initial_answers(case: Case, panel: Panel, settings: PanelSettings, tra
     seats = list(panel.seats)
 
     def call(index: int, model: Model) -> Callable[[], Awaitable[Reply]]:
-        return lambda: model.complete(answer_messages(case), **seat_options(settings, index, len(seats)))
+        return lambda: model.complete(answer_messages(case), **seat_options(settings, index, len(seats), model))
 
     def make_event(seat: str, reply: Reply) -> Event:
-        choice = parse_choice(reply.text, case.options)
-        return _turn_event(reply, seat, round=0, phase="initial", data={"choice": choice, "parsed": choice is not None})
+        # answer_status says why a choice is missing: "unclosed_reasoning" (cut off while thinking) vs "no_choice_found"
+        return _turn_event(reply, seat, round=0, phase="initial", data=read_choice(reply.text, case.options).as_data())
 
     done = await ask_seats({s: call(i, panel.seats[s]) for i, s in enumerate(seats)}, settings, make_event,
                            where="giving its initial answer", models=panel.seats)
@@ -210,14 +179,16 @@ async def initial_answers(case: Case, panel: Panel, settings: PanelSettings, tra
 
 def _turn_event(reply: Reply, seat: str, *, round: int, phase: str, data: dict) -> Event:
     """A seat's turn, built as it lands and appended to the transcript later in seat order."""
+    if reply.truncated:  # cut by its token budget ("length", "max_tokens"): the reader cannot tell from the text
+        data = {**data, "truncated": True}
     return Event(kind="turn", text=reply.text, speaker=seat, role="panelist", model=reply.model, round=round, phase=phase,
                  data=data, input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
                  latency_s=reply.latency_s, cost_usd=reply.cost_usd, cached=reply.cached)
 
 
 def consensus_choice(stances: dict[str, Stance]) -> str | None:
-    choices = {st.choice for st in stances.values()}
-    return choices.pop() if len(choices) == 1 and None not in choices else None
+    """The settle module's consensus test on the seats' latest stances (when to stop asking)."""
+    return agreed_choice({s: st.choice for s, st in stances.items()}, list(stances))
 
 
 # ---------------------------------------------------------------- the debate
@@ -244,14 +215,14 @@ class _Debate:
     def call(self, seat: str, view: dict[str, Stance]) -> Callable[[], Awaitable[Reply]]:
         index = self.seats.index(seat)
         messages = debate_messages(self.case, seat, self.labels, view, self.settings)
-        options = seat_options(self.settings, index, len(self.seats))
+        options = seat_options(self.settings, index, len(self.seats), self.panel.seats[seat])
         return lambda: self.panel.seats[seat].complete(messages, **options)
 
     def turn_event(self, seat: str, reply: Reply, round: int, view: dict[str, Stance]) -> Event:
-        choice = parse_choice(reply.text, self.case.options)
+        read = read_choice(reply.text, self.case.options)
         before = self.latest[seat].choice
         return _turn_event(reply, seat, round=round, phase="debate", data={
-            "choice": choice, "parsed": choice is not None, "previous_choice": before, "changed": choice != before,
+            **read.as_data(), "previous_choice": before, "changed": read.choice != before,
             "saw": {self.labels[s]: st.round for s, st in view.items() if s != seat},
         })
 
@@ -295,26 +266,23 @@ async def run(case: Case, panel: Panel, settings: DebateSettings) -> Outcome:
     debate.latest = await initial_answers(case, panel, settings, debate.transcript)
     initial = {s: st.choice for s, st in debate.latest.items()}
     agreed = debate.snapshot(0)
-    consensus_round = 0 if agreed is not None else None
-    rounds_used = 0
-    for round in range(1, settings.max_rounds + 1):
+    for round in range(1, settings.max_rounds + 1):  # ask until the seats agree; `settle` then decides from what they said
         if agreed is not None:
             break
-        rounds_used = round
         step = debate.sequential_round if settings.order == "sequential" else debate.simultaneous_round
         agreed = await step(round)
-        if agreed is not None:
-            consensus_round = round
 
-    final = {s: st.choice for s, st in debate.latest.items()}
-    if agreed is not None:
-        decision = {"answer": agreed, "method": "consensus", "votes": dict(Counter(final.values())), "tied": [], "tie_policy": settings.tie_policy}
-    else:
+    responses = [Response(e.speaker, e.round, e.data["choice"]) for e in debate.transcript.turns() if e.phase == "debate"]
+    settled = settle(initial, responses, debate.seats, order=settings.order, tie_policy=settings.tie_policy,
+                     tie_seed=settings.tie_seed, key=case.id)
+    final = settled.standing
+    rounds_used = settled.rounds_held
+    if not settled.consensus:
         for seat in debate.seats:
             debate.transcript.add("vote", final[seat] or "", speaker=seat, round=rounds_used, phase="vote", data={"choice": final[seat]})
-        decision = majority_vote(list(final.values()), settings.tie_policy, seed=settings.tie_seed, key=case.id).as_dict(settings.tie_policy)
-    decision["round"] = consensus_round if agreed is not None else rounds_used
+    decision = settled.decision(settings.tie_policy)
     answer = decision["answer"]
+    consensus_round = settled.consensus_round
     event = debate.transcript.add("decision", answer or "", speaker="Panel", round=decision["round"], phase="decision",
                                   data={"choice": answer, **decision})
     settings.emit(event)
@@ -327,7 +295,7 @@ async def run(case: Case, panel: Panel, settings: DebateSettings) -> Outcome:
         "initial_choices": initial,
         "final_choices": final,
         "rounds": debate.rounds,
-        "consensus": agreed is not None,
+        "consensus": settled.consensus,
         "consensus_round": consensus_round,
         "rounds_used": rounds_used,
         "shifts": debate.shifts,

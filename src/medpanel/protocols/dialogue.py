@@ -23,14 +23,19 @@ The patient is a model shown only the scenario's patient-actor record (it answer
 anything outside it) or a person (`patient=human`). The doctors are the panel's seats; the patient,
 moderator and judge come from settings as model specs, built on the runtime of the panel's first
 model (so they share its cache and budget). The doctors never see the scenario, only the dialogue
-(and, with reveal_findings, the examination and test results before they diagnose).
+(and, with reveal_findings, the examination and test results before they diagnose). Prompts call the
+doctors "Panelist 1", "Panelist 2"... never by their seat names (model specs, server URLs included).
+
+Token budgets when not set (small model, e.g. the embedded one / any other; a reasoning model gets
+REASONING_ALLOWANCE more): `max_tokens` (proposals, revisions, merges, diagnoses) 600 / 1024,
+`review_max_tokens` (reviews, the moderator's triage, the judge) 512 / 1024, `patient_max_tokens` 200 / 512.
 """
 
 from __future__ import annotations
 
 import asyncio
 from functools import cache
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, create_model
 
@@ -38,7 +43,7 @@ from medpanel.cases.model import Case
 from medpanel.errors import UsageError
 from medpanel.models import build_model
 from medpanel.models.base import Model, Reply
-from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, gather_seats
+from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, gather_seats, seat_labels
 from medpanel.protocols.longform import (
     DebateSettings,
     Deliberation,
@@ -60,6 +65,9 @@ ModelSpec = str | Model  # a spec string, or a ready model (tests, the web app)
 
 
 class OsceSettings(DebateSettings):
+    budgets: ClassVar[dict[str, tuple[int, int]]] = {
+        "max_tokens": (600, 1024), "review_max_tokens": (512, 1024), "patient_max_tokens": (200, 512)}
+
     patient: ModelSpec = "local"  # who plays the patient: a model spec, or "human"
     moderator: ModelSpec = ""  # "" = the first seat's model
     judge: ModelSpec = ""  # "" = the moderator's model
@@ -68,8 +76,8 @@ class OsceSettings(DebateSettings):
     max_questions: int = Field(default=5, ge=1, le=15)  # per list, proposed or merged
     max_diagnosis_rounds: int = Field(default=3, ge=0, le=10)  # reconsiderations after the first diagnoses
     max_differentials: int = Field(default=5, ge=0, le=10)
-    max_tokens: int = Field(default=600, ge=16)  # proposals, revisions, merges, diagnoses
-    patient_max_tokens: int = Field(default=200, ge=8)
+    max_tokens: int | None = Field(default=None, ge=16)  # proposals, revisions, merges, diagnoses; None: fit the seat
+    patient_max_tokens: int | None = Field(default=None, ge=8)
     reveal_findings: bool = False  # show the doctors the examination and test results before they diagnose
 
 
@@ -190,6 +198,7 @@ class Consultation:
                              "Use an OSCE scenario (agentclinic, agentclinic-extended) or add metadata.osce.patient_actor to the case file.")
         self.case, self.osce, self.settings = case, osce, settings
         self.doctors = dict(panel.seats)
+        self.labels = seat_labels(self.doctors)  # what prompts call the doctors
         runtime = panel.first()[1].runtime
         self.built: list[Model] = []  # models built here from spec strings, closed at the end
         self.moderator = self._model(settings.moderator, runtime) if settings.moderator else panel.first()[1]
@@ -217,16 +226,17 @@ class Consultation:
     def dialogue_text(self) -> str:
         return "\n".join(f"{who}: {words}" for who, words in self.dialogue) or "(nothing said yet)"
 
-    async def ask(self, model: Model, system: str, user: str, *, schema: Any = None, max_tokens: int) -> Reply:
+    async def ask(self, model: Model, system: str, user: str, *, schema: Any = None, budget: str = "max_tokens") -> Reply:
+        """One call; `budget` names the token setting it spends (fitted to `model` when not set)."""
         return await model.complete([{"role": "system", "content": system}, {"role": "user", "content": user}],
-                                    schema=schema, temperature=self.settings.temperature, max_tokens=max_tokens)
+                                    schema=schema, temperature=self.settings.temperature, max_tokens=self.settings.tokens_for(model, budget))
 
     # -------------------------------------------------------------- the patient
 
     async def patient_says(self, doctor_words: str, step: int) -> str:
         self.patient_messages.append({"role": "user", "content": doctor_words})
         reply = await self.patient.complete(self.patient_messages, temperature=self.settings.temperature,
-                                            max_tokens=self.settings.patient_max_tokens)
+                                            max_tokens=self.settings.tokens_for(self.patient, "patient_max_tokens"))
         words = reply.text.strip()
         self.patient_messages.append({"role": "assistant", "content": words})
         self.dialogue.append(("Patient", words))
@@ -241,7 +251,7 @@ class Consultation:
 
     async def triage(self, step: int) -> Triage:
         user = f"CONSULTATION SO FAR:\n{self.dialogue_text()}\n\nLATEST PATIENT MESSAGE:\n{self.dialogue[-1][1]}"
-        reply = await self.ask(self.moderator, TRIAGE_SYSTEM, user, schema=Triage, max_tokens=self.settings.review_max_tokens)
+        reply = await self.ask(self.moderator, TRIAGE_SYSTEM, user, schema=Triage, budget="review_max_tokens")
         decision: Triage = reply.parsed
         self.rec.reply(reply, speaker="Moderator", role="moderator", phase="triage", round=step,
                        text=f"{decision.action}" + (f": {decision.reply}" if decision.reply else ""),
@@ -257,7 +267,7 @@ class Consultation:
                 f"TASK: decide the next questions (at most {s.max_questions}) to ask this patient.")
         tag = {"exchange": exchange, "step": step}
         replies = await gather_seats([
-            self.ask(m, PROPOSE_SYSTEM.format(seat=seat, n=s.max_questions), task, schema=proposal_schema, max_tokens=s.max_tokens)
+            self.ask(m, PROPOSE_SYSTEM.format(seat=self.labels[seat], n=s.max_questions), task, schema=proposal_schema)
             for seat, m in self.doctors.items()], list(self.doctors), "proposing questions", self.doctors)
         drafts: dict[str, str] = {}
         proposed: dict[str, list[str]] = {}
@@ -275,12 +285,13 @@ class Consultation:
             seat = next(iter(self.doctors))
             questions = proposed[seat]
         else:
-            names = list(self.doctors)
-            lists = "\n\n".join(f"QUESTIONS FROM {seat}:\n{text}" for seat, text in cycle.drafts.items())
-            reply = await self.ask(self.moderator, MERGE_SYSTEM.format(n=s.max_questions, names=", ".join(names)),
-                                   f"CONSULTATION SO FAR:\n{self.dialogue_text()}\n\n{lists}", schema=merged_schema, max_tokens=s.max_tokens)
+            seat_of = {label: seat for seat, label in self.labels.items()}
+            lists = "\n\n".join(f"QUESTIONS FROM {self.labels[seat]}:\n{text}" for seat, text in cycle.drafts.items())
+            reply = await self.ask(self.moderator, MERGE_SYSTEM.format(n=s.max_questions, names=", ".join(seat_of)),
+                                   f"CONSULTATION SO FAR:\n{self.dialogue_text()}\n\n{lists}", schema=merged_schema)
             questions = [q.question for q in reply.parsed.questions]
-            sources = [list(q.proposed_by) for q in reply.parsed.questions]
+            credited = [list(q.proposed_by) for q in reply.parsed.questions]
+            sources = [[seat_of.get(n.strip(), n) for n in src] for src in credited]  # labels back to seat names
             self.rec.reply(reply, speaker="Moderator", role="moderator", phase="consolidation", round=cycle.rounds,
                            text=numbered(questions),
                            data={**tag, "questions": questions, "sources": sources,
@@ -302,8 +313,8 @@ class Consultation:
         s = self.settings
         opinion_schema, judgement_schema = diagnosis_schemas(s.max_differentials)
         task = f"CONSULTATION:\n{self.dialogue_text()}{self.findings()}"
-        systems = {seat: DIAGNOSE_SYSTEM.format(seat=seat, k=s.max_differentials) for seat in self.doctors}
-        replies = await gather_seats([self.ask(m, systems[seat], task, schema=opinion_schema, max_tokens=s.max_tokens)
+        systems = {seat: DIAGNOSE_SYSTEM.format(seat=self.labels[seat], k=s.max_differentials) for seat in self.doctors}
+        replies = await gather_seats([self.ask(m, systems[seat], task, schema=opinion_schema)
                                       for seat, m in self.doctors.items()], list(self.doctors), "diagnosing", self.doctors)
         opinions = self._record_opinions(replies, round_=0, phase="diagnosis")
         judgement: Any = None
@@ -311,9 +322,8 @@ class Consultation:
         for rnd in range(s.max_diagnosis_rounds + 1):
             if len(self.doctors) == 1:
                 break
-            views = "\n".join(f"- {seat}: {opinion_text(o)}" for seat, o in opinions.items())
-            reply = await self.ask(self.moderator, JUDGEMENT_SYSTEM, f"{task}\n\nTHE DOCTORS' VIEWS:\n{views}",
-                                   schema=judgement_schema, max_tokens=s.max_tokens)
+            views = "\n".join(f"- {self.labels[seat]}: {opinion_text(o)}" for seat, o in opinions.items())
+            reply = await self.ask(self.moderator, JUDGEMENT_SYSTEM, f"{task}\n\nTHE DOCTORS' VIEWS:\n{views}", schema=judgement_schema)
             judgement = reply.parsed
             self.rec.reply(reply, speaker="Moderator", role="moderator", phase="diagnosis-consensus", round=rnd,
                            text=f"{'Same diagnosis' if judgement.same else 'Different diagnoses'}: {judgement.diagnosis}",
@@ -322,8 +332,8 @@ class Consultation:
                 break
             replies = await gather_seats([
                 self.ask(m, systems[seat], task + "\n\n" + RECONSIDER.format(
-                    views="\n".join(f"- {other}: {opinion_text(o)}" for other, o in opinions.items() if other != seat),
-                    own=opinion_text(opinions[seat])), schema=opinion_schema, max_tokens=s.max_tokens)
+                    views="\n".join(f"- {self.labels[other]}: {opinion_text(o)}" for other, o in opinions.items() if other != seat),
+                    own=opinion_text(opinions[seat])), schema=opinion_schema)
                 for seat, m in self.doctors.items()], list(self.doctors), f"reconsidering in round {rnd + 1}", self.doctors)
             opinions = self._record_opinions(replies, round_=rnd + 1, phase="diagnosis-debate")
 
@@ -359,7 +369,7 @@ class Consultation:
         gold = self.case.reference.answer_text
         own_set = [str(d) for d in self.osce.get("acceptable_diagnoses") or [] if str(d).strip()]
         acceptable = own_set or ([gold] if gold else [])
-        tokens = s.review_max_tokens
+        tokens = s.tokens_for(self.judge, "review_max_tokens")
 
         async def nothing() -> None:
             return None

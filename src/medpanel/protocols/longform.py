@@ -10,7 +10,15 @@
        reviews the revisions; at most `max_rounds` review rounds (the last one is followed by a
        revision when it did not stop, as in MCC's released code)
     5. a moderator seat consolidates the final answers without adding content, tagging each point
-       with the seats it came from, e.g. "[GPT, Qwen]"
+       with the seats it came from, e.g. "[Panelist 1, Panelist 2]"
+
+Prompts call the seats "Panelist 1", "Panelist 2"... in seat order, never by their names (a seat's name
+is its model spec, server URL included); the transcript keeps the names, and the outcome maps each label
+to its seat.
+
+Token budgets when `max_tokens` / `review_max_tokens` are not set (see Model.token_budget): answers,
+revisions and the consolidation 1024 on a small model (the embedded one), 2048 on others; a review 512 /
+1024; a reasoning model gets REASONING_ALLOWANCE more. A reply cut by its budget is marked truncated.
 
 Settings that reproduce what was published:
     the paper's text:      threshold=0.8, min_rounds=1  (the defaults)
@@ -29,12 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, Field, create_model, model_validator
 
 from medpanel.cases.model import Case
 from medpanel.errors import UsageError
 from medpanel.models.base import Model, Reply
-from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, gather_seats
+from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings, gather_seats, seat_labels
 from medpanel.scoring.consensus import consensus_score, dimension_agreements
 from medpanel.transcript import Event, Transcript
 
@@ -47,17 +55,17 @@ DIMENSIONS = {
 }
 
 
-class DebateSettings(BaseModel):
+class DebateSettings(Settings):
     """What every scored-review debate shares: when to stop, and how the seats are asked."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    budgets: ClassVar[dict[str, tuple[int, int]]] = {"max_tokens": (1024, 2048), "review_max_tokens": (512, 1024)}
 
     threshold: float = Field(default=0.8, ge=0.0, le=1.0)
     min_rounds: int = Field(default=1, ge=1, le=10)
     max_rounds: int = Field(default=3, ge=1, le=10)
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
-    max_tokens: int = Field(default=1024, ge=16)  # answers, revisions and the consolidation
-    review_max_tokens: int = Field(default=512, ge=16)  # one review: three or four scores with reasons
+    max_tokens: int | None = Field(default=None, ge=16)  # answers, revisions and the consolidation; None: fit the seat
+    review_max_tokens: int | None = Field(default=None, ge=16)  # one review: three or four scores with reasons
     # Streams each event as it happens (CLI, web). Not part of the stored settings.
     on_event: Callable[[Event], Any] | None = Field(default=None, exclude=True)
 
@@ -194,11 +202,11 @@ def review_text(target: str, review: Review) -> str:
     return f"Review of {target}: {scores}." + (f" {reasons}" if reasons else "")
 
 
-def render_reviews(received: dict[str, Review]) -> str:
-    """The reviews a seat received, as its revision prompt shows them."""
+def render_reviews(received: dict[str, Review], labels: dict[str, str]) -> str:
+    """The reviews a seat received, as its revision prompt shows them (reviewers by their labels)."""
     blocks = []
     for reviewer, review in received.items():
-        lines = [f"From {reviewer}:"]
+        lines = [f"From {labels[reviewer]}:"]
         for dim, value in review.scores().items():
             reason, suggestion = review.critique(dim)
             lines.append(f"- {dim} {value}/10. Reason: {reason} Suggestion: {suggestion}")
@@ -213,10 +221,11 @@ async def critique_cycle(seats: dict[str, Model], drafts: dict[str, str], work: 
         rec.add("note", "One seat: nothing to review.", phase="review", data=dict(work.data))
         return CycleResult(dict(drafts), [], False, "single_seat")
     drafts = dict(drafts)
+    labels = seat_labels(seats)
     scores: list[float] = []
     pairs = [(r, t) for r in seats for t in seats if r != t]
     for rnd in range(1, settings.max_rounds + 1):
-        replies = await gather_seats([_review(seats[r], r, t, drafts, work, settings) for r, t in pairs],
+        replies = await gather_seats([_review(seats[r], r, t, drafts, labels, work, settings) for r, t in pairs],
                                      [r for r, _ in pairs], f"reviewing in round {rnd}", seats)
         received: dict[str, dict[str, Review]] = {seat: {} for seat in seats}
         by_dimension: dict[str, list[float]] = {d: [] for d in work.review_schema.dimensions()}
@@ -236,7 +245,7 @@ async def critique_cycle(seats: dict[str, Model], drafts: dict[str, str], work: 
                       "threshold": settings.threshold, "reached": reached, "stop": stop})
         if stop:
             return CycleResult(drafts, scores, True, "consensus")
-        revisions = await gather_seats([_revise(seats[s], s, drafts[s], received[s], work, settings) for s in seats],
+        revisions = await gather_seats([_revise(seats[s], s, drafts[s], received[s], labels, work, settings) for s in seats],
                                        list(seats), f"revising in round {rnd}", seats)
         for seat, reply in zip(seats, revisions):
             drafts[seat] = work.draft_of(reply.parsed)
@@ -245,26 +254,28 @@ async def critique_cycle(seats: dict[str, Model], drafts: dict[str, str], work: 
     return CycleResult(drafts, scores, scores[-1] >= settings.threshold, "max_rounds")
 
 
-async def _review(model: Model, reviewer: str, target: str, drafts: dict[str, str], work: Deliberation, settings: DebateSettings) -> Reply:
-    system = REVIEW_SYSTEM.format(seat=reviewer, label=work.label, dimensions=_dimension_lines(work.review_schema))
-    user = (f"{work.task}\n\n{work.label.upper()} BY {target} TO REVIEW:\n{drafts[target]}\n\n"
+async def _review(model: Model, reviewer: str, target: str, drafts: dict[str, str], labels: dict[str, str],
+                  work: Deliberation, settings: DebateSettings) -> Reply:
+    system = REVIEW_SYSTEM.format(seat=labels[reviewer], label=work.label, dimensions=_dimension_lines(work.review_schema))
+    user = (f"{work.task}\n\n{work.label.upper()} BY {labels[target]} TO REVIEW:\n{drafts[target]}\n\n"
             f"YOUR OWN {work.label.upper()}, FOR COMPARISON:\n{drafts[reviewer]}")
-    return await model.complete([{"role": "system", "content": system}, {"role": "user", "content": user}],
-                                schema=work.review_schema, temperature=settings.temperature, max_tokens=settings.review_max_tokens)
+    return await model.complete([{"role": "system", "content": system}, {"role": "user", "content": user}], schema=work.review_schema,
+                                temperature=settings.temperature, max_tokens=settings.tokens_for(model, "review_max_tokens"))
 
 
-async def _revise(model: Model, seat: str, draft: str, received: dict[str, Review], work: Deliberation, settings: DebateSettings) -> Reply:
-    system = REVISION_SYSTEM.format(seat=seat, label=work.label)
-    user = f"{work.task}\n\nYOUR CURRENT {work.label.upper()}:\n{draft}\n\nREVIEWS YOU RECEIVED:\n{render_reviews(received)}"
+async def _revise(model: Model, seat: str, draft: str, received: dict[str, Review], labels: dict[str, str],
+                  work: Deliberation, settings: DebateSettings) -> Reply:
+    system = REVISION_SYSTEM.format(seat=labels[seat], label=work.label)
+    user = f"{work.task}\n\nYOUR CURRENT {work.label.upper()}:\n{draft}\n\nREVIEWS YOU RECEIVED:\n{render_reviews(received, labels)}"
     return await model.complete([{"role": "system", "content": system}, {"role": "user", "content": user}],
-                                schema=work.revision_schema, temperature=settings.temperature, max_tokens=settings.max_tokens)
+                                schema=work.revision_schema, temperature=settings.temperature, max_tokens=settings.tokens_for(model))
 
 
 # ---------------------------------------------------------------- attribution
 
 
 def attribution_tag(seats: list[str]) -> str:
-    """How the moderator credits a point: "[GPT, Qwen]"."""
+    """How the moderator credits a point: "[Panelist 1, Panelist 2]"."""
     return "[" + ", ".join(seats) + "]"
 
 
@@ -328,10 +339,11 @@ async def run(case: Case, panel: Panel, settings: LongformSettings) -> Outcome:
     rec = Recorder(settings.on_event)
     work = Deliberation(task=question_task(case), label="answer")
     seats = dict(panel.seats)
+    labels = seat_labels(seats)
 
     answers = await gather_seats([
-        m.complete([{"role": "system", "content": ANSWER_SYSTEM.format(seat=s)}, {"role": "user", "content": work.task}],
-                   temperature=settings.temperature, max_tokens=settings.max_tokens)
+        m.complete([{"role": "system", "content": ANSWER_SYSTEM.format(seat=labels[s])}, {"role": "user", "content": work.task}],
+                   temperature=settings.temperature, max_tokens=settings.tokens_for(m))
         for s, m in seats.items()], list(seats), "answering", seats)
     drafts = {}
     for seat, reply in zip(seats, answers):
@@ -343,13 +355,14 @@ async def run(case: Case, panel: Panel, settings: LongformSettings) -> Outcome:
     if len(seats) == 1:
         final, counts, unknown = cycle.drafts[moderator_seat], {moderator_seat: 0}, []
     else:
-        names = list(seats)
+        names = list(labels.values())
         system = CONSOLIDATION_SYSTEM.format(names=", ".join(names), example=f"'Vestibular migraine can cause imbalance {attribution_tag(names[:2])}'")
-        body = "\n\n".join(f"ANSWER FROM {seat}:\n{text}" for seat, text in cycle.drafts.items())
+        body = "\n\n".join(f"ANSWER FROM {labels[seat]}:\n{text}" for seat, text in cycle.drafts.items())
         reply = await moderator.complete([{"role": "system", "content": system}, {"role": "user", "content": f"{work.task}\n\n{body}"}],
-                                         temperature=settings.temperature, max_tokens=settings.max_tokens)
+                                         temperature=settings.temperature, max_tokens=settings.tokens_for(moderator))
         final = reply.text.strip()
-        counts, unknown = attributions(final, names)
+        by_label, unknown = attributions(final, names)
+        counts = {seat: by_label[label] for seat, label in labels.items()}  # credits by seat, as the transcript names them
         rec.reply(reply, speaker=moderator_seat, role="moderator", phase="consolidation",
                   data={"attributions": counts, "unknown_sources": unknown})
     rec.add("decision", final, speaker=moderator_seat, phase="conclusion",
@@ -362,6 +375,7 @@ async def run(case: Case, panel: Panel, settings: LongformSettings) -> Outcome:
         "final_answers": cycle.drafts,
         "attributions": counts,
         "unknown_sources": unknown,
+        "labels": labels,  # seat -> the label its prompts and the consolidation's tags use
     })
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from typing import ClassVar
+
+from pydantic import Field
 
 from medpanel.cases.model import Case
-from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
-from medpanel.scoring.exact import exact_match, parse_choice
+from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings
+from medpanel.scoring.exact import exact_match, read_choice
 from medpanel.transcript import Transcript
 
 SYSTEM = (
@@ -15,9 +17,16 @@ SYSTEM = (
 )
 
 
-class SingleSettings(BaseModel):
+# max_tokens when not set: (a small model such as the embedded one, any other); the debate and vote use the
+# same, so their round 0 and this protocol share the cache. Reasoning models get REASONING_ALLOWANCE more.
+ANSWER_BUDGET = (512, 2048)
+
+
+class SingleSettings(Settings):
+    budgets: ClassVar[dict[str, tuple[int, int]]] = {"max_tokens": ANSWER_BUDGET}
+
     temperature: float = 0.0
-    max_tokens: int = 512
+    max_tokens: int | None = Field(default=None, ge=16)  # None: fit the seat
 
 
 def question_prompt(case: Case) -> str:
@@ -30,13 +39,13 @@ async def run(case: Case, panel: Panel, settings: SingleSettings) -> Outcome:
     reply = await model.complete(
         [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question_prompt(case)}],
         temperature=settings.temperature,
-        max_tokens=settings.max_tokens,
+        max_tokens=settings.tokens_for(model),
     )
-    choice = parse_choice(reply.text, case.options)  # with option texts, as the debate and vote read it
+    read = read_choice(reply.text, case.options)  # with option texts, as the debate and vote read it
     transcript = Transcript()
-    transcript.add_reply(reply, speaker=seat, role="answerer", phase="answer", data={"choice": choice})
-    transcript.add("decision", choice or "", data={"choice": choice, "parsed": choice is not None})
-    return Outcome(answer=choice, transcript=transcript, data={"parsed": choice is not None})
+    transcript.add_reply(reply, speaker=seat, role="answerer", phase="answer", data=read.as_data())
+    transcript.add("decision", read.choice or "", data=read.as_data())
+    return Outcome(answer=read.choice, transcript=transcript, data={"parsed": read.parsed, "answer_status": read.status})
 
 
 def score(case: Case, outcome: Outcome) -> dict[str, float | None]:

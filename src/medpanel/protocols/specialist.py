@@ -1,5 +1,5 @@
 """Specialist Turn (OpenTumorBoard): one model, seated as the named specialist, answers one question
-the board put to that specialist, from the case summary and the slides, in at most three sentences.
+the board put to that specialist, from the summary and the slides, in at most three sentences.
 
 The answer is asked for as JSON `{"answer": ...}`. A model that never writes valid JSON is read
 leniently, as the benchmark reads responses: its last text (think block and code fence removed) is
@@ -27,6 +27,7 @@ from medpanel.models import build_model
 from medpanel.models.messages import Message
 from medpanel.models.registry import parse_spec
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
+from medpanel.reply_text import strip_reasoning, strip_reply
 from medpanel.scoring import judges
 from medpanel.scoring.sentences import count_sentences, first_sentences, sentence_spans  # noqa: F401  (re-exported for callers)
 from medpanel.transcript import Transcript
@@ -34,17 +35,17 @@ from medpanel.transcript import Transcript
 MAX_SENTENCES = 3
 
 SYSTEM = (
-    "You sit on a multidisciplinary tumour board as the specialist named in the message, and the board has put "
-    "a question to you. Answer it from the case summary and the slides, speaking as that specialist would in "
-    "the room. Use general medical knowledge to interpret the evidence, but state no fact about this patient "
-    "that the material does not give. If the material is not enough for a useful answer, say in your answer "
-    "that the information is insufficient and name what is missing. Keep to the point: three sentences at most. "
-    'Reply with one JSON object of the form {"answer": "..."} and nothing else: no Markdown, no other keys.'
+    "The tumour board has turned to you, the specialist named in the message, with one question about this "
+    "patient. Give the answer you would give at the table, in that specialty's voice. Facts about the patient "
+    "come only from the written summary and the slides you are shown: your medical knowledge is for reading them, not for "
+    "supplying details they lack. When the material will not support a useful answer, say that it is "
+    "insufficient and which information you would need. Stay on the question and use three sentences at most. "
+    'Output a single JSON object, {"answer": "..."}, with no other keys, no Markdown and nothing before or after it.'
 )
 VISION_NOTE = (
-    " Each slide is shown as its image followed by a one-line caption. Read the image itself: values, dates, "
-    "stages, doses, gene names and imaging findings are often legible only there, and where the image and "
-    "its caption disagree, the image is the evidence."
+    " The slides reach you as images, each with a short caption; treat a caption as a title rather than a "
+    "summary, look in the image for what matters (lab values, staging, drug doses, mutations, what a scan "
+    "shows), and go by the image wherever the two conflict."
 )
 
 
@@ -59,7 +60,8 @@ class SpecialistSettings(BaseModel):
     sentence_limit: Literal["score", "trim"] = "score"  # what to do with an answer over three sentences
     judge: str | None = None  # model spec of the clinical-equivalence judge; None: no judging
     judge_prompt_file: Path | None = None
-    judge_max_tokens: int = Field(default=judges.DEFAULT_MAX_TOKENS, ge=16)
+    judge_max_tokens: int = Field(default=judges.DEFAULT_MAX_TOKENS, ge=16)  # medpanel mode; released uses the release's budget
+    judge_mode: Literal["medpanel", "released"] = "medpanel"  # released: the benchmark's own evaluation (docs/judges.md)
 
     @field_validator("prompt_file", "judge_prompt_file")
     @classmethod
@@ -89,16 +91,14 @@ def says_insufficient(answer: str) -> bool:
     return bool(_INSUFFICIENT.search(answer or ""))
 
 
-_THINK = re.compile(r"^\s*<think>.*?</think>", re.S)
-_FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*|\s*```\s*$")
-
-
 def answer_text(raw: str) -> str:
-    """The answer in a raw reply, read leniently: think block and code fence removed, then the
-    'answer' of a JSON object if there is one, else the text itself."""
-    if re.match(r"^\s*<think>", raw or "") and "</think>" not in raw:
-        return ""  # cut off while still thinking: no answer, a format failure (never the reasoning graded as one)
-    body = _FENCE.sub("", _THINK.sub("", raw or "")).strip()
+    """The answer in a raw reply, read leniently: reasoning and code fence removed (the shared
+    `strip_reply`), then the 'answer' of a JSON object if there is one, else the text itself.
+    Reasoning that never closes is no answer at all: "" (never the reasoning graded as one)."""
+    stripped = strip_reply(raw)
+    if stripped.unclosed_reasoning:
+        return ""
+    body = stripped.text
     start = body.find("{")
     if start >= 0:
         try:
@@ -108,6 +108,57 @@ def answer_text(raw: str) -> str:
         except json.JSONDecodeError:
             pass
     return body
+
+
+_RELEASED_WRAPPER = re.compile(r'^\s*\{\s*"answer"\s*:\s*"', re.I | re.S)  # key compared case-blind
+_RELEASED_ESCAPE = re.compile(r'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
+_RELEASED_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescape_fragment(text: str) -> str:
+    """JSON string escapes decoded, nothing else touched (for a reply cut off inside its JSON string)."""
+    def one(match: re.Match[str]) -> str:
+        body = match.group(0)[1:]
+        return chr(int(body[1:], 16)) if body.startswith("u") else _RELEASED_ESCAPES[body]
+    return _RELEASED_ESCAPE.sub(one, text)
+
+
+def released_answer_text(raw: str | None) -> str | None:
+    """The answer as the benchmark's evaluation reads a raw Specialist Turn reply (its
+    `extract_answer_text`); None is a format failure. Only a whole-reply JSON object whose "answer"
+    is a string counts as JSON; a reply that opens '{"answer": "' but was cut off keeps the text
+    after that opening (a trailing brace and quote dropped, escapes decoded); any other reply that
+    starts with '{' or '[' is a format failure; anything else is the answer verbatim, so prose
+    around a JSON object stays in. A closed reasoning block is removed first (the release reads a
+    reasoning model's final response only) and reasoning that never closes is no answer."""
+    if raw is None:
+        return None
+    stripped = strip_reasoning(raw)
+    if stripped.unclosed_reasoning:
+        return None
+    text = stripped.text.strip()
+    if not text:
+        return None
+    if text.startswith("```"):  # a fence: its first line and a closing line of only ``` are dropped
+        lines = text.splitlines()[1:]
+        if lines and lines[-1].strip() == "```":
+            lines = lines[:-1]
+        text = "\n".join(lines).strip()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        value = None
+    if isinstance(value, dict) and isinstance(value.get("answer"), str):
+        return value["answer"].strip() or None
+    opening = _RELEASED_WRAPPER.match(text)
+    if opening:
+        rest = text[opening.end():].strip()
+        rest = rest[:-1].rstrip() if rest.endswith("}") else rest
+        rest = rest[:-1] if rest.endswith('"') else rest
+        return _unescape_fragment(rest).strip() or None
+    if text.startswith(("{", "[")) or text == '""':
+        return None
+    return text or None  # a fence around nothing is no answer either
 
 
 def specialist_prompt(case: Case) -> str:
@@ -167,15 +218,18 @@ async def run(case: Case, panel: Panel, settings: SpecialistSettings) -> Outcome
         system = SYSTEM + (VISION_NOTE if images else "")
     messages = [Message(role="system", content=system), Message(role="user", content=specialist_prompt(case), images=images)]
     transcript = Transcript()
+    unclosed = False
     try:
         reply = await model.complete(messages, schema=SpecialistAnswer, temperature=settings.temperature, max_tokens=settings.max_tokens)
-        said, format_ok = reply.parsed.answer.strip(), True
+        said, format_ok, raw = reply.parsed.answer.strip(), True, reply.text
         transcript.add_reply(reply, speaker=seat, role=case.target_role, phase="answer", data={"format_ok": True})
     except StructuredOutputError as exc:
         # Read the last reply as the benchmark would, rather than dropping the item.
-        said, format_ok = answer_text(exc.last_text), False
+        said, format_ok, raw = answer_text(exc.last_text), False, exc.last_text
+        unclosed = strip_reply(exc.last_text).unclosed_reasoning
         transcript.add("turn", exc.last_text, speaker=seat, role=case.target_role, model=model.id, phase="answer",
-                       data={"format_ok": False, "error": exc.problem})
+                       data={"format_ok": False, "error": exc.problem,
+                             **({"no_answer": "the reasoning never closed"} if unclosed else {})})
     sentences = count_sentences(said)
     answer = first_sentences(said, MAX_SENTENCES)[0] if settings.sentence_limit == "trim" else said
     trimmed = answer != said
@@ -184,14 +238,20 @@ async def run(case: Case, panel: Panel, settings: SpecialistSettings) -> Outcome
         "format_ok": format_ok, "sentences": sentences, "within_limit": sentences <= MAX_SENTENCES, "trimmed": trimmed,
         "insufficient_context": says_insufficient(answer),
     }
+    if not format_ok and unclosed:
+        data["no_answer"] = "the reasoning never closed"  # recorded as no answer, not as a wrong one
     if trimmed:
         data["untrimmed_answer"] = said
     transcript.add("decision", answer, speaker=seat, role=case.target_role, phase="answer", data={"sentences": sentences, "trimmed": trimmed})
     if settings.judge:
+        candidate = answer
+        if settings.judge_mode == "released":  # the release's reader on the raw reply, not medpanel's lenient one
+            candidate = released_answer_text(raw)
+            data["released_answer"] = candidate
         judge = build_model(settings.judge, runtime=model.runtime)
         try:
-            result = await judges.judge_equivalence(judge, case, answer, prompt_file=settings.judge_prompt_file,
-                                                    max_tokens=settings.judge_max_tokens)
+            result = await judges.judge_equivalence(judge, case, candidate, prompt_file=settings.judge_prompt_file,
+                                                    max_tokens=settings.judge_max_tokens, mode=settings.judge_mode)
         finally:
             await judge.aclose()
         judges.record(transcript, result)

@@ -9,10 +9,15 @@
 
 A turn's stance is read from its data: `choice` (multiple-choice debate, votes) or
 `primary_diagnosis` (OSCE diagnosis); reviews show their scores (`scores`, with `target`).
+
+The summariser is never shown a seat's name (a model spec, server URL included): seats are relabelled
+"Panelist 1", "Panelist 2"... in order of first appearance, as the protocols' own prompts call them.
+Its budget, unless given, is 600 tokens on a small model (the embedded one) and 2048 on others.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from medpanel.models.base import Model
@@ -21,11 +26,39 @@ from medpanel.transcript import Event, Transcript
 
 STANCE_KEYS = ("choice", "primary_diagnosis")
 EXCERPT_CHARS = 600  # of one turn, in the summariser's prompt
+SUMMARY_BUDGET = (600, 2048)  # max_tokens when not given: (small model, any other)
+# Roles whose speaker is a seat of the panel (named after its model), not a fixed part such as "Patient".
+SEAT_ROLES = {"panelist", "reviewer", "doctor", "moderator", "answerer", "board writer", "physician", "assistant"}
+FIXED_SPEAKERS = {"Moderator", "Patient", "Judge", "Panel", "Board", "Physician", "Assistant"}
 
 
 def _events(transcript: Transcript | Iterable[Event | dict]) -> list[Event]:
     items = transcript.events if isinstance(transcript, Transcript) else list(transcript)
     return [e if isinstance(e, Event) else Event.model_validate(e) for e in items]
+
+
+def anonymised(events: list[Event]) -> list[Event]:
+    """Copies of the events with every seat's name replaced by its label: in the speaker, a review's
+    target, and (for names that cannot be ordinary words: those holding ':', '@', '/' or '?') the text."""
+    labels: dict[str, str] = {}
+    for event in events:
+        if event.role in SEAT_ROLES and event.speaker and event.speaker not in FIXED_SPEAKERS:
+            labels.setdefault(event.speaker, f"Panelist {len(labels) + 1}")
+    if not labels:
+        return events
+    spec_like = sorted((n for n in labels if re.search(r"[:@/?]", n)), key=len, reverse=True)  # longest first: no partial hits
+    pattern = re.compile("|".join(map(re.escape, spec_like))) if spec_like else None
+
+    def clean(text: str) -> str:
+        return pattern.sub(lambda m: labels[m.group(0)], text) if pattern and text else text
+
+    out = []
+    for event in events:
+        data = dict(event.data)
+        if data.get("target") in labels:
+            data["target"] = labels[data["target"]]
+        out.append(event.model_copy(update={"speaker": labels.get(event.speaker, clean(event.speaker)), "text": clean(event.text), "data": data}))
+    return out
 
 
 def stance(event: Event) -> str | None:
@@ -126,9 +159,10 @@ def excerpts(transcript: Transcript | Iterable[Event | dict], max_chars: int = 1
 
 
 async def summarize_debate(transcript: Transcript | Iterable[Event | dict], model: Model, *,
-                           max_tokens: int = 600, max_chars: int = 12_000, temperature: float = 0.0) -> str:
-    """A condensed, clinician-readable summary of the deliberation, written by `model`."""
-    events = _events(transcript)
+                           max_tokens: int | None = None, max_chars: int = 12_000, temperature: float = 0.0) -> str:
+    """A condensed, clinician-readable summary of the deliberation, written by `model` (seats anonymised)."""
+    events = anonymised(_events(transcript))
+    max_tokens = model.token_budget(max_tokens, small=SUMMARY_BUDGET[0], full=SUMMARY_BUDGET[1])
     user = f"OUTLINE:\n<<<\n{as_data(outline_debate(events))}\n>>>\n\nWHAT WAS SAID:\n<<<\n{as_data(excerpts(events, max_chars))}\n>>>"
     reply = await model.complete([{"role": "system", "content": SUMMARY_SYSTEM}, {"role": "user", "content": user}],
                                  temperature=temperature, max_tokens=max_tokens)

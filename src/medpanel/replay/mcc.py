@@ -75,11 +75,21 @@ def replay_mcc_folder(source: Path, rules: VoteRules = MCC_RULES, seats: tuple[s
     read_s = time.perf_counter() - started
     report: dict = {"source": str(source), "choice_reading": choice_reading, "multiple_choice": None, "long_form": [], "skipped": []}
     parsed, settled = replay_logs(choice_texts, rules, seats, choice_reading)
-    debates = [(log, rep) for log, rep in zip(parsed, settled, strict=True) if log.transcript.turns()]
+    debates = [(log, rep) for log, rep in zip(parsed, settled, strict=True) if log.transcript.turns() and not log.ends_mid_debate]
     report["skipped"] = [str(log.path) for log in parsed if not log.transcript.turns()]  # a .txt without turns is no debate log
+    # a log cut off before its result is no finished debate: reported apart, never counted in the figures
+    report["ended_mid_debate"] = [{"path": str(log.path), "case": log.id, "warning": next(w for w in log.warnings if w.startswith("log ends mid-debate"))}
+                                  for log in parsed if log.transcript.turns() and log.ends_mid_debate]
+    by_id: dict[str, list[str]] = {}
+    for log, _ in debates:
+        by_id.setdefault(log.id, []).append(str(log.path))
+    report["duplicate_case_ids"] = {cid: paths for cid, paths in by_id.items() if len(paths) > 1}
     if debates:
         logs, replays = [log for log, _ in debates], [rep for _, rep in debates]
         report["multiple_choice"] = summarize_replays(logs, replays, seats, rules)
+        report["multiple_choice"]["warnings"] += [
+            {"case": cid, "warning": f"{len(paths)} files share case id {cid} (each counted): {', '.join(Path(p).name for p in paths)}"}
+            for cid, paths in report["duplicate_case_ids"].items()]
         if store is not None:
             report["stored_run"] = store_replay(store, logs, replays, source=source, rules=rules, seats=seats, run_id=run_id,
                                                 choice_reading=choice_reading)

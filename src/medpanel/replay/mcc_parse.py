@@ -12,7 +12,17 @@ some files are the raw Chinese output, so the parser keys on structure, not on s
   "GPT response completed, Choice: Option 5", "GPT回应完成，选择: 选项 5") is its choice; the
   reasoning is the block between rows of '=' after a "...response...:" / "...回答:" header;
 - "Debate Round r: ..." lines summarise a round; lines naming the "final" choice or diagnosis
-  (最终诊断) and "Is the final ... correct?" give the logged result.
+  (最终诊断), "Consensus: All models chose ..." and "Is the final ... correct?" give the logged result.
+  Every result line is kept as a `ResultStatement`; one that cannot be read is kept as unread.
+
+Structure markers match only where they can structurally occur: a block opened by a row of '=' ends
+at the next row, or, its closing row missing, at a line that can only be structure (a round or result
+banner, a round summary, its owner's own status line, the panel's initial status, or a turn's opening
+line followed by a turn's structure); a block still open at the end of the log is warned about and its
+result-like lines counted as unread. A log with no result section whose debate is not over ends
+mid-debate: it is warned about and reported apart from the figures. Reasoning without rows ends only at a line that can only be structure (another
+turn, a banner, a round summary, a seat's status line); summary markers are read only outside a turn's
+open reasoning and only as whole lines of their kind (docs/replay.md lists them).
 
 Answers are option numbers ("Option 5", "选项 5", "Option B") when the header lists numbered
 options, and words ("GPT selected: yes", as in the PubMedQA logs) when it does not.
@@ -59,33 +69,45 @@ _ROUND_IN_TITLE = re.compile(r"(?i:round\s*(?P<a>\d+))|第\s*(?P<b>\d+)\s*轮")
 _RESULT_TITLE = re.compile(r"(?i:final|result)|最终|结果")
 _ROUND_SUMMARY = re.compile(r"^(?:(?i:debate\s+round|round)\s*(?P<a>\d+)(?i:\s+of\s+(?:the\s+)?debate)?|辩论第\s*(?P<b>\d+)\s*轮)\s*[:：,，]")
 _TURN_START = re.compile(r"^(?P<seat>[A-Za-z][\w-]*?)\s*(?:(?i:is\s+(?:reasoning|generating|thinking|responding))|正在(?:推理|生成|思考|回应))")
+_ELLIPSIS_END = re.compile(r"(?:\.{2,}|…+)\s*$")  # "Qwen is responding to the diagnosis of other models..."
 _RESPONDING = re.compile(r"(?i:responding)|回应")
 _BODY_HEADER = re.compile(r"(?i:full\s+response|complete\s+response|response\s+to\s+(?:the\s+)?other\s+models|response\s+content|answer\s+content)"
                           r"|完整回答|回应内容|回答内容")
+_CONCLUSION_HEADING = re.compile(r"(?i:conclusion|diagnos)|结论|诊断")  # "GPT's diagnostic conclusion:" heads a turn
 _BODY_HEADER_END = re.compile(r"[:：]\s*=*\s*$")
 _NOT_A_CHOICE = re.compile(r"(?i:unable\s+to\s+extract|could\s+not\s+extract|no\s+clear\s+choice)|无法提取|未能提取|无法确定")
 _NOTICE = re.compile(r"(?i:\bfrom\b.*\bto\b|warning|chang(?:e|ed|es)\b|correct(?:ed|s)\b|stance)|警告|从.*(?:到|改为)|改变|纠正")
 _GOLD_LINE = re.compile(r"^(?i:correct\s+(?:answer|diagnosis|choice|option))|^正确(?:答案|诊断|选项)")
-_FINAL_LINE = re.compile(r"(?i:final\s+(?:choice|diagnosis|decision|selection|answer))|最终(?:诊断|选择|决定|答案)")
-_CONSENSUS_LINE = re.compile(r"^(?i:consensus\s+(?:reached|achieved))|^达成(?:共识|一致)")
-_VERDICT_LINE = re.compile(r"(?i:is\s+the\s+final\s+\w+\s+correct)|最终\S{0,4}是否正确")
+_FINAL_LINE = re.compile(r"(?i:final\s+(?:choice|diagnosis|decision|selection|answer|result))|最终(?:诊断|选择|决定|答案|结果)")
+# "Consensus reached: All models selected yes", "Consensus: All models chose Option 2", and a bare "All models chose Option 2"
+_CONSENSUS_LINE = re.compile(r"^(?i:consensus\s*(?:reached|achieved)?\s*[:：!！])|^达成(?:共识|一致)|^(?i:all\s+(?:three\s+)?models\s+(?:have\s+)?(?:chose|choose|chosen|selected|select|picked))")
+_VERDICT_LINE = re.compile(r"^(?i:is\s+the\s+final\s+\w+\s+correct)|^最终\S{0,4}是否正确")
 _MODEL_SPEAK = re.compile(r"^[*#>\-【\[]|(?i:\bmy\s+final)")  # a model's own words or an extraction trace, never the result
+# a result line the handlers could not read still counts, as unread: it names the result and a choice
+_RESULT_WORDS = re.compile(r"(?i:\bfinal\b|majority|\bvote\b|consensus|\ball\s+(?:three\s+)?models\b)|最终|多数|投票|共识|一致")
+_CHOICE_WORDS = re.compile(r"(?i:\bchos|\bchoos|\bselect|\bpicked\b|\bchoice\b|\banswer\b|\bdiagnosis\b|\bdecision\b)|选择|诊断|答案")
+# the label of a seat's status line after its reasoning: "GPT's post-response choice:", "Qwen chooses:", "GPT回应后的选择："
+_STATUS_LABEL = re.compile(r"(?i:choice|choos|chose|select|option|answer|response)|选择|答案|回应")
 _MARKDOWN = re.compile(r"^(?:[*#>\-]|\d+\.\s)")
 _MAJORITY = re.compile(r"(?i:majority|vote)|多数|投票")
-_NO_CONSENSUS_END = re.compile(r"(?i:did\s+not\s+reach|not\s+reach\s+(?:a\s+|full\s+)?consensus|maximum)|未达成共识|最大辩论轮次")
-_INITIAL_STATUS = re.compile(r"(?i:(?:three|all)\s+models.*initial|initial\s+diagnos.*three\s+models|^initial\s+consensus)|三个模型初始|模型初始")
+# "Maximum debate rounds reached", "The maximum number of debate rounds has been reached", "达到最大辩论轮次": only as a
+# line of its own kind (a line opening with the maximum), never a "maximum" anywhere in a model's sentence. The seats'
+# "GPT, Qwen and DeepSeek-R1 did not reach a consensus" is recognised by `_Reader.ending` (every seat named first).
+_NO_CONSENSUS_END = re.compile(r"^(?i:(?:the\s+)?maximum\s+(?:number\s+of\s+)?(?:debate\s+)?rounds?\b)|^(?:达到)?最大辩论轮次")
+_SEATS_DID_NOT_AGREE = re.compile(r"(?i:\bdid\s+not\s+reach\s+(?:a\s+|full\s+)?(?:consensus|agreement))|未达成(?:共识|一致)")
+_INITIAL_STATUS = re.compile(r"^(?i:(?:the\s+)?(?:three|all)\s+models.*initial|(?:the\s+)?initial\s+diagnos.*three\s+models|initial\s+consensus)|^三个模型初始|^模型初始")
 _AGREED = re.compile(r"(?i:consensus|agree(?:d|ment)?\b)|一致|共识")
 _DISAGREED = re.compile(r"(?i:\bno\s+consensus|not\s+(?:yet\s+)?reach|did\s+not|different|disagree|still\s+no)|未达成|仍未|分歧|不一致")
 _FINAL_SELECTION_IN_TEXT = re.compile(
-    r"(?i:final\s+(?:selection|choice|decision|answer|diagnosis)\s*(?:is)?)\s*[:：]?\s*\**\s*(?:(?i:option)|选项)\s*(?P<num>\d{1,2})(?!\d)")
-_FINAL_WORD_IN_TEXT = re.compile(r"(?i:final\s+(?:selection|choice|decision|answer)\s*(?:is)?)\s*[:：]?\s*\**\s*[\"“']?(?P<word>[A-Za-z][\w-]*)")
+    r"(?i:final\s+(?:selection|choice|decision|answer|diagnosis)\s*(?:is)?)[\s:：]*\**\s*(?:(?i:option)|选项)\s*(?P<num>\d{1,2})(?!\d)")
+_FINAL_WORD_IN_TEXT = re.compile(r"(?i:final\s+(?:selection|choice|decision|answer)\s*(?:is)?)[\s:：]*\**\s*[\"“']?(?P<word>[A-Za-z][\w-]*)")
 # "GPT selected: yes", "All models selected yes", "Qwen chose: maybe" (answers given as words)
-_WORD_CHOICE = re.compile(r"(?i:\b(?:selected|selects|chose|chooses|choice|answered))\s*(?i:is)?\s*[:：]?\s*[\"“']?(?P<ans>[A-Za-z][\w\- ]{0,30}?)[\"”']?\s*[.,;!]?$")
+_WORD_CHOICE = re.compile(r"(?i:\b(?:selected|selects|chose|chooses|choose|choice|answered))(?:\s*(?i:is)\b)?[\s:：=\-–—]*[\"“']?(?P<ans>[A-Za-z][\w\- ]{0,30}?)[\"”']?\s*[.,;!]?$")
 _WORD_LABEL = re.compile(r"^(?i:choice|answer|selected|final|all\s+models)|^选择|^答案")
 # what a choice line's label says once its seat is removed: "Choice:", "选择:", "GPT selected:"
 _CHOICE_LABEL = re.compile(r"(?i:choice|chose|selected|selection|answer)|选择|答案")
 _POSSESSIVE = re.compile(r"^(?:'s\b|’s\b|的)")  # "GPT's diagnostic conclusion:", "GPT的选择:" head a block, they are not a choice line
-_LABEL = re.compile(r"^(?P<label>[^:：]{1,40}?)\s*[:：]\s*(?P<value>.*)$")
+_LABEL = re.compile(r"^(?P<label>[^:：]{1,40}?)\s*[:：](?:\s*[:：])*\s*(?P<value>.*)$")  # "selected:: maybe" too
 _NUMBERED = re.compile(r"^\s*(?P<num>\d{1,2})\s*[.、．)]\s*(?P<text>.*)$")
 
 
@@ -99,6 +121,17 @@ class RoundSummary:
 
 
 @dataclass
+class ResultStatement:
+    """One line where the log states its result ("Final diagnosis: Option 5", "Consensus: All models chose Option 2")."""
+
+    line: int
+    text: str
+    kind: str  # final | consensus | initial_consensus
+    choice: str | None = None
+    read: bool = False  # False: the line states a result this parser could not read (counted, never dropped)
+
+
+@dataclass
 class LoggedResult:
     """What the log itself reports, kept apart from what the replay recomputes."""
 
@@ -109,6 +142,11 @@ class LoggedResult:
     gold: str | None = None  # restated later ("Correct Answer: Option 5 (...)"); the header's gold is preferred
     rounds: list[RoundSummary] = field(default_factory=list)
     finals_seen: list[str] = field(default_factory=list)  # every final-choice line, to spot a log contradicting itself
+    statements: list[ResultStatement] = field(default_factory=list)  # every result line, read or not
+
+    @property
+    def unread(self) -> list[ResultStatement]:
+        return [st for st in self.statements if not st.read]
 
 
 @dataclass
@@ -118,6 +156,7 @@ class ParsedLog:
     transcript: Transcript
     logged: LoggedResult
     warnings: list[str] = field(default_factory=list)
+    ends_mid_debate: bool = False  # no result section and the debate not over: a cut-off log, not a finished debate
 
     @property
     def id(self) -> str:
@@ -326,6 +365,8 @@ class _Turn:
     body: list[str] = field(default_factory=list)
     loose: list[str] = field(default_factory=list)  # unclassified lines: the reasoning when the log has no '=' block
     in_body: bool = False
+    fenced: bool = False  # the reasoning block opened with a row of '=': only a row of '=' closes it
+    closed: bool = False  # the reasoning is over (its block closed, or the seat's selection line came): structure may follow
 
 
 class _Reader:
@@ -344,7 +385,9 @@ class _Reader:
         self.round_no = 0
         self.pending_summary: RoundSummary | None = None  # "No consensus yet." with the choices on the next lines
         self.majority_ending = False
+        self.in_result = False  # under the "Final Debate Result" banner: lines restate the result, not a round's status
         self.skip_opening_row = False
+        self.body_from = 0  # the first line of the open reasoning block
 
     # --- what a line says about choices
 
@@ -413,6 +456,19 @@ class _Reader:
         i = start
         while i < len(self.lines):
             i = self.step(i)
+        owner = self.body_owner
+        if owner is not None and owner.fenced:
+            # the block's closing row is missing and nothing structural followed: what it holds may be the log's own
+            # result, so a result-like line in it is counted as unread, never silently taken as the model's words
+            self.warnings.append(f"line {owner.line}: {owner.seat}'s reasoning block opened with a row of '=' never closes; "
+                                 "it runs to the end of the log")
+            for j in range(self.body_from, len(self.lines)):
+                key = self.keys[j]
+                if _MODEL_SPEAK.search(key) or _GOLD_LINE.match(key):
+                    continue
+                if (_FINAL_LINE.search(key) or _CONSENSUS_LINE.search(key) or _VERDICT_LINE.search(key)
+                        or (_RESULT_WORDS.search(key) and (_CHOICE_WORDS.search(key) or _option_refs(key)))):
+                    self.statement(j, "unknown", False, None)
 
     def step(self, i: int) -> int:
         key = self.keys[i]
@@ -420,21 +476,122 @@ class _Reader:
             self.skip_opening_row = False
             return i + 1
         if self.body_owner is not None:
-            if not (_SEPARATOR.match(key) or _BANNER.match(key) or _ROUND_SUMMARY.match(key) or self.seat_starting(key)):
+            if not self.ends_body(self.body_owner, i, key):
                 self.body_owner.body.append(self.lines[i])
                 return i + 1
-            self.body_owner = None  # a reasoning block ends at a row of '=' or at a line that can only be structure
+            self.body_owner.closed = True
+            self.body_owner = None
             if _SEPARATOR.match(key):
                 return i + 1
         if not key:
             self.pending_summary = None
             return i + 1
-        for handler in (self.banner, self.turn_start, self.body_header, self.round_summary, self.summary_continuation,
-                        self.verdict, self.final, self.consensus_reached, self.gold, self.initial_status, self.ending):
+        for handler in (self.banner, self.turn_start, self.body_header):
             if handler(i, key):
                 return i + 1
+        # summary markers occur only between turns or after a turn's reasoning, never inside it
+        if self.current is not None and not self.current.closed and self.ends_reasoning(self.current, key):
+            self.current.closed = True
+        if self.current is None or self.current.closed:
+            for handler in (self.round_summary, self.summary_continuation, self.verdict, self.final, self.consensus_reached,
+                            self.gold, self.initial_status, self.ending):
+                if handler(i, key):
+                    return i + 1
         self.choice_line(i, key)
+        if self.current is None:
+            self.unread_result(i, key)
         return i + 1
+
+    def ends_body(self, owner: _Turn, i: int, key: str) -> bool:
+        """A block opened by a row of '=' ends at the next such row; as its closing row can be missing (MedQA
+        case_1084), it also ends at a line that can only be structure: a round or result banner, a round summary,
+        its owner's own status line ("GPT's post-response choice: Option 5"), the panel's initial status, and a
+        turn's opening line ("Qwen is reasoning the answer...") only when what follows it is a turn's structure.
+        A block without rows ends at a line that can only be structure: another turn, a banner, a round summary,
+        a seat's status line, the panel's initial status."""
+        if _SEPARATOR.match(key):
+            return True
+        if owner.fenced:
+            if m := _BANNER.match(key):  # a banner a model could have written closes only before what such a banner heads
+                if _RESULT_TITLE.search(m.group("title")):
+                    return self.result_follows(i)
+                if _ROUND_IN_TITLE.search(m.group("title")):
+                    return self.structure_follows(i)
+            if self.round_summary_match(key):
+                return True
+            if self.is_status_line(key) and self.names.mentions(key)[0][1] == owner.seat:
+                return True
+            if owner.phase == "initial" and _INITIAL_STATUS.search(key) and (_AGREED.search(key) or _DISAGREED.search(key)):
+                return True
+            return bool(self.seat_starting(key) and _ELLIPSIS_END.search(key) and self.structure_follows(i))
+        return self.ends_reasoning(owner, key)
+
+    def result_follows(self, i: int) -> bool:
+        """Whether the next non-blank line after line i is what a result banner heads: the seats' agreement or
+        disagreement ("GPT, Qwen, and DeepSeek-R1 have reached a consensus!"), a final or gold line."""
+        j = next((j for j in range(i + 1, len(self.keys)) if self.keys[j]), None)
+        if j is None:
+            return True
+        key = self.keys[j]
+        if _MODEL_SPEAK.search(key):
+            return False
+        if _FINAL_LINE.search(key) or _GOLD_LINE.match(key) or _CONSENSUS_LINE.search(key) or _NO_CONSENSUS_END.search(key):
+            return True
+        mentions = self.names.mentions(key)
+        return bool(mentions) and mentions[0][0] == 0 and {seat for _, seat in mentions} == set(self.names.seats)
+
+    def structure_follows(self, i: int) -> bool:
+        """Whether the next non-blank line after line i is a turn's structure: a row or banner, a conclusion heading
+        ("GPT's diagnostic conclusion:"), a choice or status line ("Choice: Option 5", "Qwen response completed,
+        Choice: Option 4"), a reasoning block's header, or another turn's opening line."""
+        j = next((j for j in range(i + 1, len(self.keys)) if self.keys[j]), None)
+        if j is None:
+            return True
+        key = self.keys[j]
+        if _SEPARATOR.match(key) or _BANNER.match(key) or self.seat_starting(key) or self.is_choice_line(key):
+            return True
+        if _BODY_HEADER.search(key) and _BODY_HEADER_END.search(key) and self.names.mentions(key):
+            return True
+        if _MODEL_SPEAK.search(key):
+            return False
+        if _ELLIPSIS_END.search(key) and len(key) <= 60:  # the tooling's progress line ("Start extracting model selection...")
+            return True
+        mentions = self.names.mentions(key)
+        if not mentions or mentions[0][0] != 0:
+            return False
+        label = _LABEL.match(key)
+        heading = bool(label and not label.group("value") and _CONCLUSION_HEADING.search(label.group("label")))
+        return heading or self.is_status_line(key)
+
+    def round_summary_match(self, key: str) -> re.Match | None:
+        """'Debate Round 2: Still no consensus, GPT chooses Option 4, ...': a round number opening the line, then the
+        panel's status (consensus or not) or the seats' choices. 'Round 2: the authors revisit...' is a model's words."""
+        m = _ROUND_SUMMARY.match(key)
+        if m is None:
+            return None
+        rest = key[m.end():]
+        says_status = _AGREED.search(rest) or len({seat for seat, _ in self.attributions(rest) if seat}) >= 2
+        return m if says_status else None
+
+    def is_status_line(self, key: str) -> bool:
+        """A line led by a seat that gives its choice and nothing else: 'Qwen's choice: Option 2 (Medial meniscus)'."""
+        mentions = self.names.mentions(key)
+        if not mentions or mentions[0][0] != 0:
+            return False
+        if self.word_answers:
+            return bool(self.attributions(key))
+        m = _LABEL.match(key)
+        return bool(m and _STATUS_LABEL.search(m.group("label")) and _OPTION.match(m.group("value")))
+
+    def statement(self, i: int, kind: str, found: bool, choice: str | None) -> None:
+        self.logged.statements.append(ResultStatement(i + 1, self.lines[i].strip(), kind, choice, read=found and choice is not None))
+
+    def unread_result(self, i: int, key: str) -> None:
+        """A line outside every turn that names the result and a choice, which no handler read: counted as unread."""
+        if _MODEL_SPEAK.search(key) or _GOLD_LINE.match(key) or _VERDICT_LINE.search(key):
+            return
+        if _RESULT_WORDS.search(key) and (_CHOICE_WORDS.search(key) or _option_refs(key)):
+            self.statement(i, "unknown", False, None)
 
     def banner(self, i: int, key: str) -> bool:
         m = _BANNER.match(key)
@@ -447,6 +604,7 @@ class _Reader:
             self.current = None
         elif _RESULT_TITLE.search(title):
             self.current = None
+            self.in_result = True
         return True  # other titles ("GPT's initial response") carry nothing
 
     def turn_start(self, i: int, key: str) -> bool:
@@ -475,13 +633,16 @@ class _Reader:
             self.warnings.append(f"line {i + 1}: reasoning of {seat} outside its turn; ignored")
             owner = _Turn(seat=seat, phase="orphan", round=self.round_no, line=i + 1)
         owner.in_body = True
+        owner.closed = False
         self.body_owner = owner
+        self.body_from = i + 1
         # the block opens with a row of '=' (on this line or the next), which must not be read as its end
         self.skip_opening_row = not key.endswith("=") and i + 1 < len(self.lines) and bool(_SEPARATOR.match(self.keys[i + 1]))
+        owner.fenced = key.endswith("=") or self.skip_opening_row
         return True
 
     def round_summary(self, i: int, key: str) -> bool:
-        m = _ROUND_SUMMARY.match(key)
+        m = self.round_summary_match(key)
         if not m:
             return False
         summary = RoundSummary(round=_round_number(m), consensus=bool(_AGREED.search(key)) and not _DISAGREED.search(key))
@@ -522,7 +683,11 @@ class _Reader:
             return False
         found, choice = self.value(key)
         if not found:
+            if _LABEL.match(key) and self.current is None:  # "Final diagnosis: <something unreadable>": a result, unread
+                self.statement(i, "final", False, None)
+                return True
             return False
+        self.statement(i, "final", found, choice)
         if choice is not None:
             self.logged.finals_seen.append(choice)
             self.logged.final = choice
@@ -535,10 +700,15 @@ class _Reader:
         if not _CONSENSUS_LINE.search(key):
             return False
         found, choice = self.value(key)
-        if self.round_no > 0:
-            self.logged.rounds.append(RoundSummary(round=self.round_no, consensus=True, choices={s: choice for s in self.names.seats}))
+        if self.in_result:
+            pass  # a restatement of the result under its banner: no round's or initial status
+        elif self.round_no > 0:
+            if not any(r.round == self.round_no for r in self.logged.rounds):  # the round's own summary line says it already
+                self.logged.rounds.append(RoundSummary(round=self.round_no, consensus=True, choices={s: choice for s in self.names.seats}))
         else:
             self.logged.initial_consensus = True
+        if found or _CHOICE_WORDS.search(key):
+            self.statement(i, "consensus", found, choice)
         if found and choice is not None:
             self.logged.final, self.logged.method = choice, "consensus"
             self.logged.finals_seen.append(choice)
@@ -560,8 +730,10 @@ class _Reader:
             self.logged.initial_consensus = False
         elif _AGREED.search(key):
             self.logged.initial_consensus = True
-            found, choice = self.value(key) if self.word_answers else (False, None)
-            if found and choice is not None:  # "Initial consensus: All models selected yes" is also the result
+            found, choice = self.value(key)
+            if found or (self.word_answers and _CHOICE_WORDS.search(key)):  # "... All models chose Option 2" states the result
+                self.statement(i, "initial_consensus", found, choice)
+            if found and choice is not None and self.word_answers:  # "Initial consensus: All models selected yes" is the result
                 self.logged.final, self.logged.method = choice, "consensus"
                 self.logged.finals_seen.append(choice)
         self.current = None
@@ -569,18 +741,26 @@ class _Reader:
 
     def ending(self, i: int, key: str) -> bool:
         """'Maximum debate rounds reached' / 'did not reach a consensus': what follows is a vote."""
-        if _NO_CONSENSUS_END.search(key):
+        if _NO_CONSENSUS_END.search(key) or self.seats_did_not_agree(key):
             self.majority_ending = True
             self.current = None
             return True
         return False
+
+    def seats_did_not_agree(self, key: str) -> bool:
+        """'GPT, Qwen and DeepSeek-R1 did not reach a consensus': the line opens with every seat, then says so."""
+        m = _SEATS_DID_NOT_AGREE.search(key)
+        if not m:
+            return False
+        before = self.names.mentions(key[:m.start()])
+        return bool(before) and before[0][0] == 0 and {seat for _, seat in before} == set(self.names.seats)
 
     def choice_line(self, i: int, key: str) -> None:
         turn = self.current
         if turn is None:
             return
         if not turn.in_body and _MARKDOWN.match(key):
-            turn.loose.append(self.lines[i])  # a model's own words, when the log has no '=' block around them
+            self.reasoning(turn, i)  # a model's own words, when the log has no '=' block around them
             return
         if self.is_notice(key):
             return
@@ -590,19 +770,35 @@ class _Reader:
             elif owned := [choice for seat, choice in self.attributions(key) if seat in (None, turn.seat)]:
                 turn.choice_line_found, turn.choice_line = True, owned[0]
         if not turn.in_body and not turn.stated_found:
+            # the seat's first statement of its choice (in word logs, the selection line after its reasoning)
             if _NOT_A_CHOICE.search(key):
-                turn.stated_found, turn.stated = True, None
+                turn.stated_found, turn.stated, turn.closed = True, None, True
                 return
             for seat, choice in self.attributions(key):
                 if seat in (None, turn.seat):
-                    turn.stated_found, turn.stated = True, choice
+                    turn.stated_found, turn.stated, turn.closed = True, choice, True
                     return
-            turn.loose.append(self.lines[i])
-        elif turn.in_body and not turn.status_found:
+            self.reasoning(turn, i)
+        elif not turn.status_found and (turn.in_body or self.is_status_line(key)):
+            # the status line after the reasoning; where there is no block, only a line of a status line's shape
             for seat, choice in self.attributions(key):
                 if seat == turn.seat:
-                    turn.status_found, turn.status = True, choice
+                    turn.status_found, turn.status, turn.closed = True, choice, True
                     return
+            if not turn.in_body:
+                self.reasoning(turn, i)
+        elif not turn.in_body and not self.is_status_line(key):
+            self.reasoning(turn, i)
+
+    def reasoning(self, turn: _Turn, i: int) -> None:
+        """A line of a model's own words outside any block: what follows is reasoning until structure says otherwise."""
+        turn.loose.append(self.lines[i])
+        turn.closed = False
+
+    def ends_reasoning(self, turn: _Turn, key: str) -> bool:
+        """Whether a line can only be structure, so the open reasoning of a turn without '=' rows ends before it."""
+        return bool(_BANNER.match(key) or self.round_summary_match(key) or self.seat_starting(key) or self.is_status_line(key)
+                    or (turn.phase == "initial" and _INITIAL_STATUS.search(key) and (_AGREED.search(key) or _DISAGREED.search(key))))
 
 
 def _where(turn: _Turn) -> str:
@@ -700,6 +896,9 @@ def parse_log(text: str, path: str | Path = "log.txt", seats: tuple[str, ...] = 
         warnings.append(f"header gold {gold} differs from the later logged gold {logged.gold}; kept the header's")
     if gold is None:
         warnings.append(f"gold answer '{head.gold_text}' matches no option")
+    ends_mid_debate = _ends_mid_debate(reader)
+    if ends_mid_debate:
+        warnings.append(f"log ends mid-debate: no result section, and {ends_mid_debate}")
     if len(set(logged.finals_seen)) > 1:
         warnings.append(f"the log names different final choices: {', '.join(logged.finals_seen)}")
     if logged.final is not None:
@@ -712,7 +911,28 @@ def parse_log(text: str, path: str | Path = "log.txt", seats: tuple[str, ...] = 
     answer_text = head.options.get(gold) if gold and head.options else (head.gold_text or None)
     case = Case(id=head.case_id or path.stem, source=str(path), question=head.question, options=head.options,
                 reference=Reference(answer=gold, answer_text=answer_text), metadata={"log": path.name, **head.metadata})
-    return ParsedLog(path=path, case=case, transcript=transcript, logged=logged, warnings=warnings)
+    return ParsedLog(path=path, case=case, transcript=transcript, logged=logged, warnings=warnings, ends_mid_debate=bool(ends_mid_debate))
+
+
+def _ends_mid_debate(reader: _Reader) -> str:
+    """Why the log stops before its debate is over ("" when it does not): it has no result section (no result
+    banner, no final or consensus line) and its last stage is incomplete (fewer turns than seats, a reasoning
+    block never closed, no status line for it) or, complete, settled nothing (no consensus, no last round)."""
+    logged = reader.logged
+    if not reader.turns or reader.in_result or logged.final is not None or any(st.kind in ("final", "consensus") for st in logged.statements):
+        return ""
+    last = reader.round_no
+    stage = [t for t in reader.turns if t.round == last and t.phase in ("initial", "debate")]
+    where = "the initial answers" if last == 0 else f"round {last}"
+    if len({t.seat for t in stage}) < len(reader.names.seats):
+        return f"{where} has {len(stage)} of {len(reader.names.seats)} turns"
+    if reader.body_owner is not None:
+        return f"{where} stops inside {reader.body_owner.seat}'s reasoning"
+    summarised = logged.initial_consensus is not None if last == 0 else any(r.round == last for r in logged.rounds)
+    if not summarised:
+        return f"{where} has no status line"
+    settled = logged.initial_consensus is True or any(r.consensus for r in logged.rounds) or reader.majority_ending
+    return "" if settled else f"the debate is not settled after {where}"
 
 
 def parse_log_file(path: str | Path, seats: tuple[str, ...] = SEATS, choice_reading: ChoiceReading = "mcc") -> ParsedLog:
@@ -724,5 +944,5 @@ def parse_log_file(path: str | Path, seats: tuple[str, ...] = SEATS, choice_read
     return parse_log(text, path, seats, choice_reading)
 
 
-__all__ = ["CHOICE_READINGS", "SEATS", "SEAT_MODELS", "ChoiceReading", "LoggedResult", "ParsedLog", "RoundSummary", "SeatNames",
+__all__ = ["CHOICE_READINGS", "SEATS", "SEAT_MODELS", "ChoiceReading", "LoggedResult", "ParsedLog", "ResultStatement", "RoundSummary", "SeatNames",
            "check_choice_reading", "option_letter", "parse_log", "parse_log_file"]

@@ -1,10 +1,11 @@
 """Re-settle recorded multiple-choice debates from their turns, and compare with what the logs report.
 
 `replay_debate` reads only the turn events of a Transcript (speaker, round, phase, data["choice"])
-and applies VoteRules: a consensus after the initial answers ends the item; otherwise each debate
-turn updates that seat's standing choice, consensus is checked after every response (sequential,
-as MCC ran) or after each round (simultaneous), and a majority vote settles whatever is still open
-after the last round. Any protocol that writes turns the same way can be re-settled with it.
+and hands them to `medpanel.protocols.settle.settle`, the function the live debate settles with: a
+consensus after the initial answers ends the item; otherwise each debate turn updates that seat's
+standing choice, consensus is checked after every response (sequential, as MCC ran) or after each
+round (simultaneous), and a majority vote settles whatever is still open after the last round. Any
+protocol that writes turns the same way can be re-settled with it.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from collections.abc import Sequence
 
+from medpanel.protocols.settle import Response, settle
 from medpanel.replay.mcc_parse import SEATS, ParsedLog
-from medpanel.replay.voting import MCC_RULES, VoteRules, is_consensus, vote
+from medpanel.replay.voting import MCC_RULES, VoteRules, vote
 from medpanel.transcript import Event, Transcript
 
 
@@ -50,50 +52,21 @@ class DebateReplay:
 
 
 def replay_debate(transcript: Transcript, seats: Sequence[str] = SEATS, rules: VoteRules = MCC_RULES, key: str = "") -> DebateReplay:
-    """Settle one recorded debate from its turns alone (any logged decision event is ignored).
-    `key` (the case id) seeds the ``random-seeded`` tie policy."""
+    """Settle one recorded debate from its turns alone (any logged decision event is ignored), with the
+    live debate's own `settle`. `key` (the case id) seeds the ``random-seeded`` tie policy."""
     turns = [e for e in transcript.turns() if e.speaker in seats]
     initial: dict[str, str | None] = {seat: None for seat in seats}
     for e in turns:
         if e.phase == "initial":
             initial[e.speaker] = e.data.get("choice")
-    debate = [e for e in turns if e.phase == "debate" and (rules.max_rounds is None or e.round <= rules.max_rounds)]
-    late = sum(1 for e in turns if e.phase == "debate" and rules.max_rounds is not None and e.round > rules.max_rounds)
-
-    if is_consensus(initial, seats):
-        return DebateReplay(initial=initial, final=initial[seats[0]], method="consensus", consensus_round=0, unused_turns=len(debate) + late)
-
-    standing = dict(initial)
-    rounds = sorted({e.round for e in debate})
-    result = DebateReplay(initial=initial, final=None, method="majority", consensus_round=None)
-    for index, rnd in enumerate(rounds):
-        round_turns = [e for e in debate if e.round == rnd]
-        for position, e in enumerate(round_turns):
-            choice = e.data.get("choice")
-            if choice != standing[e.speaker]:
-                result.shifts.append(StanceShift(e.speaker, rnd, standing[e.speaker], choice))
-            standing[e.speaker] = choice
-            if rules.order == "sequential" and is_consensus(standing, seats):
-                return _settled(result, standing, rnd, index, len(round_turns) - position - 1
-                                + sum(1 for t in debate if t.round > rnd) + late)
-        if rules.order == "simultaneous" and is_consensus(standing, seats):
-            return _settled(result, standing, rnd, index, sum(1 for t in debate if t.round > rnd) + late)
-        result.end_of_round[rnd] = dict(standing)
-        result.rounds_held = index + 1
-    ballot = vote(standing, seats, rules, key)
-    result.final, result.tied, result.votes = ballot.answer, bool(ballot.tied), ballot.votes
-    result.unused_turns = late
-    return result
-
-
-def _settled(result: DebateReplay, standing: dict, rnd: int, index: int, unused: int) -> DebateReplay:
-    result.end_of_round[rnd] = dict(standing)
-    result.rounds_held = index + 1
-    result.final = next(iter(standing.values()))
-    result.method = "consensus"
-    result.consensus_round = rnd
-    result.unused_turns = unused
-    return result
+    responses = [Response(e.speaker, e.round, e.data.get("choice")) for e in turns if e.phase == "debate"]
+    settled = settle(initial, responses, seats, order=rules.order, tie_policy=rules.tie, tie_seed=rules.tie_seed,  # type: ignore[arg-type]
+                     key=key, max_rounds=rules.max_rounds)
+    return DebateReplay(initial=settled.initial, final=settled.answer, method="consensus" if settled.consensus else "majority",
+                        consensus_round=settled.consensus_round, tied=bool(settled.vote and settled.vote.tied),
+                        votes=settled.vote.votes if settled.vote else {}, rounds_held=settled.rounds_held,
+                        end_of_round=settled.end_of_round, shifts=[StanceShift(*shift) for shift in settled.shifts],
+                        unused_turns=settled.unused)
 
 
 # ---------------------------------------------------------------- summary over many items
@@ -124,6 +97,8 @@ def summarize_replays(logs: Sequence[ParsedLog], replays: Sequence[DebateReplay]
              "verdict_logged": 0, "verdict_agree": 0, "verdict_disagreements": [],
              "initial_status_logged": 0, "initial_status_agree": 0, "initial_status_disagreements": [],
              "round_summaries": 0, "round_summaries_agree": 0, "round_summary_disagreements": [],
+             # every line where a log states its result (final, majority-vote, consensus lines), each checked on its own
+             "results_logged": 0, "results_read": 0, "results_agree": 0, "result_disagreements": [], "results_unread": [],
              "turns_after_settlement": []}
 
     for log, rep, gold in zip(logs, replays, golds, strict=True):
@@ -174,6 +149,16 @@ def summarize_replays(logs: Sequence[ParsedLog], replays: Sequence[DebateReplay]
             else:
                 agree["final_disagreements"].append({"case": cid, "replayed": rep.final, "logged": logged.final,
                                                      "method": rep.method, "logged_method": logged.method})
+        for st in logged.statements:
+            agree["results_logged"] += 1
+            if not st.read:
+                agree["results_unread"].append({"case": cid, "line": st.line, "text": st.text})
+                continue
+            agree["results_read"] += 1
+            if st.choice == rep.final:
+                agree["results_agree"] += 1
+            else:
+                agree["result_disagreements"].append({"case": cid, "line": st.line, "kind": st.kind, "logged": st.choice, "replayed": rep.final})
         if logged.correct is not None:
             agree["verdict_logged"] += 1
             if logged.correct == final_ok:

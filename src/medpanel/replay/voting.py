@@ -1,8 +1,9 @@
 """The rules a recorded multiple-choice debate is re-settled by: the debate protocol's own.
 
-Consensus means every seat gave a parseable choice and all the choices are the same: a seat whose
-answer could not be read never counts as agreeing. The vote is `medpanel.protocols.debate.majority_vote`
-(plurality over parsed choices, in seat order), so a replay and a live debate settle ties alike:
+A replay is settled by `medpanel.protocols.settle.settle`, the very function the live debate calls:
+consensus means every seat gave a parseable choice and all the choices are the same (a seat whose
+answer could not be read never counts as agreeing); the vote is a plurality over parsed choices, in
+seat order. VoteRules only carries the settings; ties are settled by its policy:
 
 - ``first-model`` (the replay default): the tied option named first in seat order wins. This is what
   MCC's logged runs did: in MedQA case_31 the models ended on options 2 / 4 / 1 (GPT / Qwen /
@@ -19,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import get_args
 
 from medpanel.errors import UsageError
-from medpanel.protocols.debate import TiePolicy, VoteResult, majority_vote
+from medpanel.protocols.settle import TiePolicy, VoteResult, agreed_choice, majority_vote
 
 TIE_POLICIES: tuple[str, ...] = get_args(TiePolicy)
 ORDERS: tuple[str, ...] = ("sequential", "simultaneous")
@@ -53,8 +54,7 @@ MCC_RULES = VoteRules()  # how MCC's logged runs were settled: sequential, every
 
 def is_consensus(choices: Mapping[str, str | None], seats: Sequence[str]) -> bool:
     """True when every seat has a parseable choice and they are all the same."""
-    picked = [choices.get(seat) for seat in seats]
-    return bool(picked) and all(c is not None for c in picked) and len(set(picked)) == 1
+    return agreed_choice(choices, seats) is not None
 
 
 def vote(choices: Mapping[str, str | None], seats: Sequence[str], rules: VoteRules, key: str = "") -> VoteResult:

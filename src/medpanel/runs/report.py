@@ -8,7 +8,9 @@ Which test is used where is explained in docs/statistics.md.
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from itertools import combinations
@@ -17,9 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from medpanel.errors import MissingExtraError, UsageError
+from medpanel.literal import visible
+from medpanel.redact import redact, redact_data
 from medpanel.protocols import expands_cases
 from medpanel.runs import stats
+from medpanel.runs.runner import failure_digest, run_roles
 from medpanel.runs.store import Store
+from medpanel.scoring.metrics import MetricKind, metric_kind
 
 PLOT_FILE = "accuracy_vs_cost.png"
 
@@ -66,30 +72,20 @@ def load_runs(store: Store, refs: list[str]) -> list[RunData]:
 # ---------------------------------------------------------------- one run
 
 
-def _is_binary(values) -> bool:
-    return all(v in (0.0, 1.0) for v in values)
-
-
-def score_interval(values: list[float], confidence: float) -> stats.Interval:
-    """Wilson for 0/1 scores, Student t otherwise."""
-    if values and _is_binary(values):
-        return stats.wilson(int(sum(values)), len(values), confidence)
-    return stats.mean_t_interval(values, confidence)
-
-
-def score_report(by_key: dict[tuple[str, int], float], confidence: float) -> dict:
+def score_report(by_key: dict[tuple[str, int], float], kind: MetricKind, confidence: float) -> dict:
+    """A score's intervals as its declared kind says (stats.metric_interval), over items and repeats."""
     values = list(by_key.values())
     by_repeat: dict[int, list[float]] = defaultdict(list)
     for (_, repeat), value in sorted(by_key.items()):
         by_repeat[repeat].append(value)
-    overall = score_interval(values, confidence).to_dict()
-    out = {"kind": "binary" if _is_binary(values) else "continuous", "overall": overall, "per_repeat": [], "across_repeats": None}
+    overall = stats.metric_interval(values, kind, confidence).to_dict()
+    out = {"kind": kind.describe(), "overall": overall, "per_repeat": [], "across_repeats": None}
     if len(by_repeat) > 1:
         overall["note"] = (overall["note"] + "; " if overall["note"] else "") + \
             "pools every item x repeat as if independent: quote across_repeats"
-        out["per_repeat"] = [{"repeat": r, **score_interval(v, confidence).to_dict()} for r, v in sorted(by_repeat.items())]
+        out["per_repeat"] = [{"repeat": r, **stats.metric_interval(v, kind, confidence).to_dict()} for r, v in sorted(by_repeat.items())]
         means = [float(np.mean(v)) for _, v in sorted(by_repeat.items())]
-        out["across_repeats"] = stats.mean_t_interval(means, confidence).to_dict()
+        out["across_repeats"] = stats.bounded_t_interval(means, kind, confidence).to_dict()
     return out
 
 
@@ -122,16 +118,19 @@ def run_report(data: RunData, confidence: float) -> dict:
         "dataset": data.run["dataset"],
         "protocol": data.run["protocol"],
         "models": data.run["models"],
+        "roles": run_roles(data.run),
         "repeats": declared or len({i["repeat"] for i in items}) or 1,
         "items": {"recorded": len(items), "done": n_done, "failed": len(failed),
                   # --limit counts cases; a protocol that expands a case into several items makes that no item count.
                   "expected": limit * (declared or 1) if isinstance(limit, int) and not expands_cases(data.run["protocol"]) else None},
         "failures": {
             "by_kind": dict(sorted(by_kind.items())),
+            "digest": failure_digest(items),
             "items": [{"item": i["item_id"], "repeat": i["repeat"], "kind": i["error_kind"] or "error",
                        "error": (i["error"] or "").partition("\n")[0]} for i in failed],
         },
-        "scores": {name: score_report(by_key, confidence) for name, by_key in sorted(data.scores.items())},
+        "scores": {name: score_report(by_key, metric_kind(name, data.run["protocol"]), confidence)
+                   for name, by_key in sorted(data.scores.items())},
         "tokens": {"input_total": sum(i["input_tokens"] or 0 for i in items), "output_total": sum(i["output_tokens"] or 0 for i in items),
                    "input_per_item": per_item(sum(i["input_tokens"] or 0 for i in done)),
                    "output_per_item": per_item(sum(i["output_tokens"] or 0 for i in done))},
@@ -156,10 +155,12 @@ def compare_pair(a: RunData, b: RunData, name: str, *, confidence: float, seed: 
     items_a, items_b = _by_item(a.scores[name]), _by_item(b.scores[name])
     shared = sorted(set(items_a) & set(items_b))
     values = [v for item in shared for v in (*items_a[item].values(), *items_b[item].values())]
-    binary = bool(values) and _is_binary(values)
+    kind = metric_kind(name, a.run["protocol"])
+    # McNemar is for declared 0/1 outcomes; a proportion holding other values gets the graded tests.
+    binary = kind.kind == "proportion" and all(v in (0.0, 1.0) for v in values)
     single = all(len(items_a[i]) == 1 and len(items_b[i]) == 1 for i in shared)
     result = {"score": name, "a": a.id, "b": b.id, "a_label": a.label, "b_label": b.label, "shared_items": len(shared),
-              "kind": "binary" if binary else "continuous", "repeats": not single, "tests": [], "difference": None}
+              "kind": kind.describe(), "repeats": not single, "tests": [], "difference": None}
     if not shared:
         result["note"] = "the runs share no scored items"
         return result
@@ -200,6 +201,18 @@ def friedman_block(runs: list[RunData], name: str) -> dict:
     return {"score": name, "runs": [r.id for r in runs], "labels": [r.label for r in runs], "shared_items": len(shared), **out}
 
 
+COMPARED_ROLES = ("patient", "judge")  # roles that shape or grade the outcome, beside the seats under test
+
+
+def role_warnings(a: RunData, b: RunData) -> list[str]:
+    """A warning for each role the two runs filled with different models: a different judge grades
+    differently, a different patient tells a different story, so their scores are not like for like."""
+    roles_a, roles_b = run_roles(a.run), run_roles(b.run)
+    return [f"Warning: {a.id} and {b.id} had different {role}s ({roles_a.get(role) or 'none recorded'} vs "
+            f"{roles_b.get(role) or 'none recorded'}): scores that depend on the {role} are not comparable between them."
+            for role in COMPARED_ROLES if roles_a.get(role) != roles_b.get(role)]
+
+
 def comparisons(runs: list[RunData], *, confidence: float, seed: int, resamples: int) -> tuple[list[dict], list[dict], list[str]]:
     by_dataset: dict[str, list[RunData]] = defaultdict(list)
     for r in runs:
@@ -210,6 +223,7 @@ def comparisons(runs: list[RunData], *, confidence: float, seed: int, resamples:
                      "; ".join(f"{d}: {', '.join(r.id for r in group)}" for d, group in by_dataset.items()))
     for group in by_dataset.values():
         for a, b in combinations(group, 2):
+            notes += role_warnings(a, b)
             for name in sorted(set(a.scores) & set(b.scores)):
                 pairs.append(compare_pair(a, b, name, confidence=confidence, seed=seed, resamples=resamples))
         if len(group) >= 3:
@@ -283,8 +297,21 @@ def _num(value, digits: int = 3) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|")  # a '|' in a model spec would split a table cell
+_MD_INLINE = re.compile(r"([\\`*_\[\]|~])")
+
+
+def _cell(text) -> str:
+    """Data (a case id, model spec, error, label) as literal Markdown text: HTML characters as entities,
+    Markdown's inline punctuation backslash-escaped (a '|' would split a table cell, '[x](y)' make a link),
+    lines joined (a newline would end a table row or list item), control characters visible, keys redacted."""
+    shown = html.escape(visible(redact(str(text))), quote=False)
+    return _MD_INLINE.sub(r"\\\1", " ".join(shown.splitlines()))
+
+
+def _code(text) -> str:
+    """An id as inline code when it can be one (code spans show everything literally), else as escaped text."""
+    shown = visible(redact(str(text)))
+    return f"`{shown}`" if shown and "`" not in shown and "\n" not in shown and shown.strip() == shown else _cell(shown)
 
 
 def _interval_text(iv: dict) -> str:
@@ -299,22 +326,25 @@ def render_markdown(report: dict) -> str:
     lines = ["# medpanel report", ""]
     for run in report["runs"]:
         items = run["items"]
-        lines += [f"## {run['label']}", "",
-                  f"run `{run['run_id']}` · {run['protocol']} on {run['dataset']} · {run['status']} · "
+        lines += [f"## {_cell(run['label'])}", "",
+                  f"run {_code(run['run_id'])} · {_cell(run['protocol'])} on {_cell(run['dataset'])} · {_cell(run['status'])} · "
                   f"{items['done']} done, {items['failed']} failed" + (f" of {items['expected']} expected" if items["expected"] else "")
                   + (f" · {run['repeats']} repeats" if run["repeats"] > 1 else ""), "",
-                  f"| score | mean [{c} interval] | across repeats |", "|---|---|---|"]
+                  "panel: " + _cell(", ".join(run["models"])) + "".join(f" · {_cell(role)} {_cell(spec)}" for role, spec in run["roles"].items()), "",
+                  f"| score | mean [{c} interval] | across repeats | kind |", "|---|---|---|---|"]
         for name, s in run["scores"].items():
-            lines.append(f"| {name} | {_interval_text(s['overall'])} | {_interval_text(s['across_repeats'])} |")
+            lines.append(f"| {name} | {_interval_text(s['overall'])} | {_interval_text(s['across_repeats'])} | {s['kind']} |")
         lines.append("")
         t, cost, wall = run["tokens"], run["cost_usd"], run["wall_s"]
         lines.append(f"Per finished item: {_num(t['input_per_item'], 1)} tokens in, {_num(t['output_per_item'], 1)} out, "
                      f"${_num(cost['per_item'], 6)}, {_num(wall['per_item'], 2)} s. Whole run: ${_num(cost['total'], 6)}, "
                      f"{t['input_total']} tokens in, {t['output_total']} out.")
         if run["failures"]["items"]:
-            kinds = ", ".join(f"{k} {v}" for k, v in run["failures"]["by_kind"].items())
-            lines += ["", f"Failed items (left out of the scores): {kinds}"]
-            lines += [f"- {f['item']}#{f['repeat']} ({f['kind']}): {f['error']}" for f in run["failures"]["items"][:20]]
+            kinds = ", ".join(f"{_cell(k)} {v}" for k, v in run["failures"]["by_kind"].items())
+            d = run["failures"]["digest"]
+            lines += ["", f"Failed items (left out of the scores): {d['failed']} of {d['of']} ({kinds}); "
+                          f"commonest: {_cell(d['commonest_kind'])}: {_cell(d['message'])}"]
+            lines += [f"- {_cell(f['item'])}#{f['repeat']} ({_cell(f['kind'])}): {_cell(f['error'])}" for f in run["failures"]["items"][:20]]
         lines.append("")
     if report["comparisons"]:
         method = (f"A − B is the mean difference on the shared items with a {c} percentile-bootstrap interval "
@@ -334,7 +364,7 @@ def render_markdown(report: dict) -> str:
                   "| A | B | Wilcoxon p | Bonferroni p |", "|---|---|---|---|"]
         lines += [f"| {_cell(p['a'])} | {_cell(p['b'])} | {_num(p['p_value'], 4)} | {_num(p['p_adjusted'], 4)} |" for p in block["pairwise"]]
         lines.append("")
-    lines += [f"- {note}" for note in report["notes"]]
+    lines += [f"- {_cell(note)}" for note in report["notes"]]
     if report.get("files", {}).get("plot"):
         lines += ["", f"![{report['plot_score']} vs cost per item]({PLOT_FILE})"]
     return "\n".join(lines).rstrip() + "\n"
@@ -351,6 +381,7 @@ def write_report(report: dict, out_dir: Path, *, plot: bool = True) -> dict:
     if plot and report["plot_score"] is not None:
         files["plot"] = str(plot_accuracy_vs_cost(report, out_dir / PLOT_FILE))
     report = {**report, "files": files}
+    report = redact_data(report)  # a key a server echoed into an error never reaches a report file
     Path(files["markdown"]).write_text(render_markdown(report))
     Path(files["json"]).write_text(json.dumps(report, indent=2, allow_nan=False))
     return report

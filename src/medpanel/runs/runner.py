@@ -3,25 +3,39 @@
 Each item's outcome, transcript and scores are committed the moment it finishes, so Ctrl-C, a crash
 or a SIGKILL loses only the items in flight; `resume` runs exactly the items not yet done, and the
 model calls those in-flight items had finished are served from the cache.
+
+A run ends `done` when every item finished, `done_with_failures` when any item failed (all of them
+included: the run itself worked, its items did not; the CLI exits ITEMS_FAILED_EXIT), `stopped` at a
+budget cap, `interrupted`, or `failed` when the run itself broke (the store, a hook). A failed item
+keeps the transcript it had when it failed, ending in an `error` event.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import socket
+import threading
 import time
 import traceback
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from medpanel.cases import Case, load_dataset
 from medpanel.errors import BudgetExceeded, MedpanelError, UsageError
 from medpanel.models import Runtime, build_model
 from medpanel.models.runtime import call_scope
 from medpanel.protocols import Panel, ProtocolSpec, get_protocol
-from medpanel.runs.store import Store
+from medpanel.runs import store as store_module
+from medpanel.runs.store import Store, StoreError
+from medpanel.transcript import Event, item_transcripts
+
+# Exit status of a command whose run had failed items (1 is any error, 2 bad input, 3 a budget cap).
+ITEMS_FAILED_EXIT = 4
 
 
 class RunConfig(BaseModel):
@@ -34,6 +48,8 @@ class RunConfig(BaseModel):
     limit: int | None = Field(default=None, ge=1)
     concurrency: int = Field(default=8, ge=1, le=1024)
     settings: dict[str, Any] = Field(default_factory=dict)  # the protocol's own settings
+    # The panel beyond the seats (models): the patient and judge models that score or shape the run.
+    roles: dict[str, str] = Field(default_factory=dict)
 
 
 @dataclass
@@ -58,9 +74,35 @@ class RunResult:
     spent: dict
     wall_s: float
     error: MedpanelError | None = None
+    took_over: str | None = None  # why a resume took over a stale writer's lease (the run was marked interrupted)
 
 
 ProgressHook = Callable[[Progress, Runtime], None]
+
+
+class Heartbeat(threading.Thread):
+    """Refreshes the run's lease every `interval` seconds, in a thread so a busy event loop cannot starve it;
+    stopped (and joined, bounded) at the end of the run. `lost` turns True if another writer took the lease."""
+
+    def __init__(self, store: Store, run_id: str, token: str, interval: float) -> None:
+        super().__init__(name=f"medpanel-lease-{run_id}", daemon=True)
+        self.store, self.run_id, self.token, self.interval = store, run_id, token, interval
+        self.stopping = threading.Event()
+        self.lost = False
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            try:
+                if not self.store.heartbeat(self.run_id, self.token):
+                    self.lost = True
+                    return
+            except MedpanelError:
+                continue  # a store problem: the run's own writes report it
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.is_alive():
+            self.join(timeout=self.interval + 35)  # a heartbeat waits at most 30 s for the store's lock
 
 
 def new_run_id() -> str:
@@ -68,18 +110,58 @@ def new_run_id() -> str:
 
 
 def protocol_settings(spec: ProtocolSpec, values: dict[str, Any]) -> BaseModel:
-    """The protocol's settings from plain values (--set, a stored run), or a UsageError naming each bad one."""
-    try:
-        return spec.settings.model_validate(values)
-    except ValidationError as exc:
-        known = ", ".join(name for name, field in spec.settings.model_fields.items() if not field.exclude)
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()[:5])
-        raise UsageError(f"Invalid settings for the {spec.name} protocol: {problems}.", f"Its settings are: {known}.") from None
+    """The protocol's settings from plain values (--set, a stored run), or a UsageError naming each bad one
+    (an unknown key included: every protocol's, whatever its settings class allows)."""
+    from medpanel.protocols.base import build_settings
+
+    return build_settings(spec.settings, values, spec.name)
 
 
 def expand_items(spec: ProtocolSpec, cases: list[Case]) -> list[Case]:
     """The run's items: each case, or what the protocol expands it into (one per specialist question)."""
     return cases if spec.expand is None else [item for case in cases for item in spec.expand(case)]
+
+
+def panel_roles(protocol: str, settings: BaseModel | dict, seats: list[str]) -> dict[str, str]:
+    """The models a protocol builds from its settings besides the seats (patient, moderator, judge), as
+    specs, so they are recorded with the run. OSCE's defaults are spelled out (protocols/dialogue.py:
+    the moderator is the first seat, the judge the moderator), so an explicit default compares equal."""
+    values = settings if isinstance(settings, dict) else {k: getattr(settings, k, None) for k in ("patient", "moderator", "judge")}
+    roles = {}
+    for role in ("patient", "moderator", "judge"):
+        value = values.get(role)
+        if value:  # a ready Model (tests, the web app) is recorded by its id
+            roles[role] = value if isinstance(value, str) else str(getattr(value, "id", value))
+    if protocol == "osce":
+        roles.setdefault("patient", "local")
+        if roles["patient"].strip() == "human":
+            roles["patient"] = "human:Patient"
+        if seats:
+            roles.setdefault("moderator", seats[0])
+        if "moderator" in roles:
+            roles.setdefault("judge", roles["moderator"])
+    return {role: roles[role] for role in ("patient", "moderator", "judge") if role in roles}  # one order everywhere
+
+
+def run_roles(run: dict) -> dict[str, str]:
+    """A stored run's recorded roles; for runs recorded before roles were, read from its settings."""
+    config = run.get("settings") or {}
+    return config.get("roles") or panel_roles(run["protocol"], config.get("settings") or {}, run.get("models") or [])
+
+
+def partial_events(transcripts: list, exc: BaseException, error: str, kind: str) -> list[dict]:
+    """What a failed item had said: the events of every transcript it built, in order (an event shared by
+    two transcripts once), then an `error` event saying why it stopped."""
+    seen: set[int] = set()
+    events = []
+    for transcript in transcripts:
+        for event in transcript.events:
+            if id(event) not in seen:
+                seen.add(id(event))
+                events.append(event.model_dump(mode="json"))
+    events.append(Event(kind="error", text=error.partition("\n")[0], speaker="runner", phase="failed",
+                        data={"error_kind": kind, "exception": type(exc).__name__}).model_dump(mode="json"))
+    return events
 
 
 def build_panel(specs: list[str], runtime: Runtime) -> Panel:
@@ -110,18 +192,38 @@ async def run_benchmark(
     settings = settings if settings is not None else protocol_settings(spec, config.settings)
     cases = expand_items(spec, cases if cases is not None else load_dataset(config.dataset, config.limit))
     panel = panel or build_panel(config.models, runtime)
+    # A dollar cap needs the price of every model the run may call (roles included), before any call.
+    roles = [getattr(settings, role, None) for role in ("patient", "moderator", "judge")] + list(config.roles.values())
+    runtime.check_prices([*panel.seats.values(), *(role for role in roles if role)])
     if len(panel) < spec.min_models:
         raise UsageError(f"The {spec.name} protocol needs at least {spec.min_models} models; got {len(panel)}.", "Add models with --models.")
+    # One writer per run: the lease is taken with the run (create_run) or before resuming it; a live holder
+    # refuses this writer with its pid, a stale one is taken over (the run marked interrupted, with why).
+    token, pid, host = secrets.token_hex(8), os.getpid(), socket.gethostname()
+    took_over = None
     if resume:
         if run_id is None or store.get_run(run_id) is None:
             raise UsageError(f"Cannot resume run '{run_id}': it is not in {store.path}.", "List runs with `medpanel runs`.")
-        store.set_run_status(run_id, "running")
+        took_over = store.acquire_lease(run_id, token, pid=pid, host=host)
+        store.set_run_status(run_id, "running", took_over)
     else:
         run_id = run_id or new_run_id()
+        config = config.model_copy(update={"roles": config.roles or panel_roles(spec.name, settings, config.models)})
         store.create_run(run_id, dataset=config.dataset, protocol=spec.name, models=config.models,
-                         settings=config.model_dump(mode="json"))
+                         settings=config.model_dump(mode="json"), lease=(token, pid, host))
+    beat = Heartbeat(store, run_id, token, store_module.LEASE_HEARTBEAT_S)
+    beat.start()
 
-    finished = store.finished_items(run_id)
+    def end_lease() -> None:
+        beat.stop()
+        if not beat.lost:
+            store.release_lease(run_id, token)
+
+    try:
+        finished = store.finished_items(run_id)
+    except BaseException:
+        end_lease()
+        raise
     todo = [(c, r) for r in range(config.repeats) for c in cases if (c.id, r) not in finished]
     progress = Progress(total=len(cases) * config.repeats, skipped=len(cases) * config.repeats - len(todo))
     queue: asyncio.Queue[tuple[Case, int]] = asyncio.Queue()
@@ -130,7 +232,15 @@ async def run_benchmark(
 
     async def run_item(case: Case, repeat: int) -> None:
         token = call_scope.set((run_id, case.id, repeat))
+        transcripts: list = []
+        collecting = item_transcripts.set(transcripts)
         started = time.time()
+
+        def record_failure(exc: BaseException, error: str, kind: str) -> None:
+            store.write_item(run_id, case.id, repeat, status="failed", outcome=None, events=partial_events(transcripts, exc, error, kind),
+                             scores={}, error=error, error_kind=kind, started_at=started)
+            progress.failed += 1
+
         try:
             outcome = await spec.run(case, panel, settings)
             scores = spec.score(case, outcome)
@@ -138,53 +248,108 @@ async def run_benchmark(
                              events=[e.model_dump(mode="json") for e in outcome.transcript], scores=scores,
                              started_at=started, totals=outcome.transcript.totals())
             progress.done += 1
-        except BudgetExceeded:
-            raise  # not the item's fault: leave it unrecorded so a resume runs it
+        except (BudgetExceeded, StoreError):
+            raise  # not the item's fault (a cap, a full disk): leave it unrecorded so a resume runs it
         except MedpanelError as exc:
             # A failed item is recorded as failed, never scored as wrong and never dropped.
-            store.write_item(run_id, case.id, repeat, status="failed", outcome=None, events=[], scores={},
-                             error=str(exc), error_kind=getattr(exc, "kind", type(exc).__name__), started_at=started)
-            progress.failed += 1
+            record_failure(exc, str(exc), getattr(exc, "kind", type(exc).__name__))
         except Exception as exc:  # a bug in a protocol or scorer: record it with where it happened, carry on
-            where = traceback.format_exc(limit=-3)
-            store.write_item(run_id, case.id, repeat, status="failed", outcome=None, events=[], scores={},
-                             error=f"{type(exc).__name__}: {exc}\n{where}", error_kind="bug", started_at=started)
-            progress.failed += 1
+            record_failure(exc, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}", "bug")
         finally:
+            item_transcripts.reset(collecting)
             call_scope.reset(token)
             if on_progress:
                 on_progress(progress, runtime)
 
+    # The cap that tripped, if one did: no new item starts, but the items in flight run on (their calls
+    # already sent finish and are logged and cached, so a resume does not pay for them again).
+    capped: list[BudgetExceeded] = []
+
     async def worker() -> None:
-        while True:
+        while not capped and not beat.lost:
             try:
                 case, repeat = queue.get_nowait()
             except asyncio.QueueEmpty:
                 return
-            await run_item(case, repeat)
+            try:
+                await run_item(case, repeat)
+            except BudgetExceeded as exc:
+                capped.append(exc)
 
     started = time.perf_counter()
     workers = [asyncio.create_task(worker()) for _ in range(min(config.concurrency, len(todo)))]
     status, error = "done", None
+    raising = False
     try:
         await asyncio.gather(*workers)
+        if beat.lost:
+            holder = store.lease(run_id) or {}
+            raise UsageError(f"Run {run_id} was taken over by another writer (pid {holder.get('pid')} on {holder.get('host')}) "
+                             f"after this one went {store_module.LEASE_STALE_S:.0f} s without a heartbeat; it stopped.",
+                             "Let the other writer finish the run; finished items are saved.")
+        if capped:
+            raise capped[0]
+        digest = failure_digest(store.items(run_id))  # the whole run's items: a resume re-runs the failed ones
+        if digest["failed"]:
+            status = "done_with_failures"
+            error = ItemsFailed(digest, run_id)
     except BudgetExceeded as exc:
+        exc.fix = exc.fix.replace("RUN_ID", run_id)  # the command to copy names this run
+        exc.args = (f"{exc.problem} {exc.fix}",)
         status, error = "stopped", exc
     except (asyncio.CancelledError, KeyboardInterrupt):
-        status = "interrupted"
+        status, raising = "interrupted", True
         raise
     except Exception as exc:  # the store or a hook broke: the run is not done, say so and why
-        status, error = "failed", exc
+        status, error, raising = "failed", exc, True
         raise
     finally:
         for task in workers:
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
-        store.set_run_status(run_id, status, str(error) if error else None)
-        for model in set(panel.seats.values()):
-            await model.aclose()
+        try:
+            if not beat.lost:  # a taken-over run's status belongs to its new writer
+                store.set_run_status(run_id, status, str(error) if error else None)
+        except StoreError:
+            if not raising:  # else the first error (e.g. the full disk itself) is the one to report
+                raise
+        finally:
+            try:
+                end_lease()
+            except StoreError:
+                if not raising:
+                    raise
+            for model in set(panel.seats.values()):
+                await model.aclose()
     return RunResult(run_id=run_id, status=status, progress=progress, spent=runtime.budget.spent(),
-                     wall_s=time.perf_counter() - started, error=error)
+                     wall_s=time.perf_counter() - started, error=error, took_over=took_over)
+
+
+class ItemsFailed(MedpanelError):
+    """Not raised: the run's result when items failed, so callers print it and exit ITEMS_FAILED_EXIT."""
+
+    exit_code = ITEMS_FAILED_EXIT
+
+    def __init__(self, digest: dict, run_id: str) -> None:
+        self.digest = digest
+        super().__init__(failure_line(digest), f"See them with `medpanel show {run_id}`; rerun them with `medpanel bench --resume {run_id}`.")
+
+
+def failure_digest(items: list[dict]) -> dict:
+    """How many items failed, and the commonest error kind with one of its messages (first line)."""
+    failed = [i for i in items if i["status"] == "failed"]
+    kinds = Counter(i["error_kind"] or "error" for i in failed)
+    if not kinds:
+        return {"failed": 0, "of": len(items), "commonest_kind": None, "commonest_count": 0, "message": None}
+    kind, count = kinds.most_common(1)[0]
+    messages = Counter((i["error"] or "").partition("\n")[0] for i in failed if (i["error_kind"] or "error") == kind)
+    return {"failed": len(failed), "of": len(items), "commonest_kind": kind, "commonest_count": count,
+            "message": messages.most_common(1)[0][0]}
+
+
+def failure_line(digest: dict) -> str:
+    return (f"{digest['failed']} of {digest['of']} items failed; commonest error: {digest['commonest_kind']} "
+            f"({digest['commonest_count']}x): {digest['message']}")
 
 
 def config_for_resume(store: Store, run_id: str) -> RunConfig:

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from medpanel.errors import MissingExtraError, UsageError
+from medpanel.errors import UsageError
+from medpanel.scoring.metrics import MetricKind
 
 DEFAULT_CONFIDENCE = 0.95
 
@@ -118,11 +119,10 @@ def _check_confidence(confidence: float) -> None:
 
 
 def _statsmodels(feature: str):
-    try:
-        from statsmodels.stats import contingency_tables as tables
-        from statsmodels.stats import multitest
-    except ImportError:
-        raise MissingExtraError(feature, "stats", "statsmodels") from None
+    # statsmodels is a core dependency (pyproject.toml): no extra to name, no install hint to give.
+    from statsmodels.stats import contingency_tables as tables
+    from statsmodels.stats import multitest
+
     return tables, multitest
 
 
@@ -205,6 +205,51 @@ def bootstrap_interval(
     result = sps.bootstrap((x,), statistic, n_resamples=resamples, confidence_level=confidence, method="percentile",
                            rng=np.random.default_rng(seed))
     return Interval(estimate, float(result.confidence_interval.low), float(result.confidence_interval.high), method, n, confidence)
+
+
+def metric_interval(values: Sequence[float], kind: MetricKind, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """A score's mean with the interval its declared kind calls for: the one function behind `show`,
+    `report` and `judge run` (docs/statistics.md, "Which interval").
+
+    proportion: Wilson on the 0/1 outcomes. count and mean: Student t. scale [lo, hi]: Student t
+    clipped to the range (a mean of 1-5 scores cannot pass 5). The values never choose the kind; where
+    they contradict it (a proportion with a 0.5, a scale value out of range) the note says so and the
+    interval is the plain Student t, unclipped, so the mismatch shows instead of being hidden.
+    """
+    x = _values(values)
+    if kind.kind == "proportion":
+        if np.isin(x, (0.0, 1.0)).all():
+            return wilson(int(x.sum()), len(x), confidence)
+        return _noted(mean_t_interval(x, confidence), "declared a 0/1 proportion but has other values: Student t, check the declaration")
+    return bounded_t_interval(x, kind, confidence)
+
+
+def bounded_t_interval(values: Sequence[float], kind: MetricKind, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+    """Student t, clipped to the kind's range where it has one (proportions and scales). Also the
+    interval of per-repeat means, whose values are means even when the items were 0/1."""
+    x = _values(values)
+    interval = mean_t_interval(x, confidence)
+    bounds = kind.bounds
+    if bounds is None:
+        return _noted(interval, "" if kind.declared else "undeclared metric: treated as an unbounded mean")
+    lo, hi = bounds
+    if len(x) and (x.min() < lo or x.max() > hi):
+        return _noted(interval, f"values outside the declared range [{lo:g}, {hi:g}]: not clipped, check the declaration")
+    low, high, clipped = interval.low, interval.high, False
+    if low is not None and high is not None:
+        low, high = max(low, lo), min(high, hi)
+        clipped = (low, high) != (interval.low, interval.high)
+    return Interval(interval.estimate, low, high, f"student-t clipped to [{lo:g}, {hi:g}]", interval.n, confidence,
+                    _join(interval.note, f"clipped to [{lo:g}, {hi:g}]" if clipped else ""))
+
+
+def _join(*notes: str) -> str:
+    return "; ".join(n for n in notes if n)
+
+
+def _noted(interval: Interval, note: str) -> Interval:
+    return Interval(interval.estimate, interval.low, interval.high, interval.method, interval.n, interval.confidence,
+                    _join(interval.note, note))
 
 
 # ---------------------------------------------------------------- paired tests

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -100,7 +101,103 @@ MIGRATIONS: list[tuple[str, str]] = [
         ALTER TABLE call_log ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0
         """,
     ),
+    (
+        # served_model: the model id the server reported (a dated snapshot behind an alias such as
+        # gpt-4o). truncated: 1 when the token limit cut the reply; NULL where unknown (failed calls,
+        # rows logged before this migration).
+        "0004_call_log_served_model_truncated",
+        """
+        ALTER TABLE call_log ADD COLUMN served_model TEXT;
+        ALTER TABLE call_log ADD COLUMN truncated INTEGER
+        """,
+    ),
+    (
+        # What a model server was found to accept (e.g. which structured-output form), keyed by its base
+        # URL and model name, so a later run does not pay the rejected first request again.
+        "0005_server_capabilities",
+        """
+        CREATE TABLE server_capabilities (
+            base_url TEXT NOT NULL,
+            model TEXT NOT NULL,
+            name TEXT NOT NULL,              -- e.g. response_format
+            value TEXT NOT NULL,             -- JSON: what was learned
+            updated_at REAL NOT NULL,
+            PRIMARY KEY (base_url, model, name)
+        )
+        """,
+    ),
+    (
+        # One writer per run: the process that holds a run's lease (pid, host), and when it last said it is
+        # alive. Taken and released in IMMEDIATE transactions; a stale one is taken over (see Store.acquire_lease).
+        "0006_run_leases",
+        """
+        CREATE TABLE leases (
+            run_id TEXT PRIMARY KEY,
+            token TEXT NOT NULL,             -- random, per holder: tells two holders in one process apart
+            pid INTEGER NOT NULL,
+            host TEXT NOT NULL,
+            heartbeat_at REAL NOT NULL,
+            started_at REAL NOT NULL
+        )
+        """,
+    ),
 ]
+
+# How often a run's holder refreshes its lease, and after how long without a refresh the lease is stale
+# (for a holder on this host whose pid is still alive too: it may be a reused pid, or a hung process).
+LEASE_HEARTBEAT_S = 5.0
+LEASE_STALE_S = 60.0
+
+
+class StoreError(UsageError):
+    """The store file itself is the problem (full disk, read-only, corrupted, missing folder): not an item's fault."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    try:  # a killed child its parent has not reaped yet is a zombie: dead for our purposes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+_STORE_PROBLEMS = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_NOTADB", "SQLITE_CORRUPT", "SQLITE_BUSY", "SQLITE_LOCKED",
+                   "SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_PERM")
+
+
+def _store_problem(exc: BaseException) -> bool:
+    """The file, disk or lock is at fault (not the SQL): say so to the user instead of a traceback."""
+    return isinstance(exc, OSError) or str(getattr(exc, "sqlite_errorname", "") or "").startswith(_STORE_PROBLEMS)
+
+
+def store_error(exc: BaseException, path: Path) -> StoreError:
+    """One line saying what is wrong with the store file and what to do, from an sqlite3/OS error."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc)
+    resume = "Items already finished are saved; continue with `medpanel bench --resume RUN`."
+    if name.startswith("SQLITE_FULL") or "disk is full" in text or getattr(exc, "errno", None) == 28:
+        return StoreError(f"The disk holding the store {path} is full ({text}).", f"Free space on it, then retry. {resume}")
+    if name.startswith("SQLITE_READONLY") or "readonly" in text or isinstance(exc, PermissionError):
+        return StoreError(f"The store {path} is read-only ({text}).",
+                          "Make the file and its folder writable (chmod u+w), or pass another path with --store or MEDPANEL_STORE.")
+    if name.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")) or "not a database" in text or "malformed" in text:
+        return StoreError(f"The store {path} is not a readable SQLite database: it is corrupted or another kind of file ({text}).",
+                          "Pass another path with --store; keep the file: `sqlite3 FILE .recover` may save its runs.")
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
+        return StoreError(f"The store {path} stayed locked by another process for 30 s ({text}).",
+                          "Wait for the other medpanel command to finish, or use another --store.")
+    if name.startswith("SQLITE_IOERR") or "I/O error" in text:
+        return StoreError(f"Reading or writing the store {path} failed: disk I/O error ({text}).",
+                          f"Check the disk (and free space), then retry. {resume}")
+    return StoreError(f"Cannot open the store {path}: {text}.", "Pass a writable path with --store or MEDPANEL_STORE.")
 
 
 def default_store_path() -> Path:
@@ -114,55 +211,100 @@ def default_store_path() -> Path:
 class Store:
     """Thread-safe access to one SQLite file. Implements the model layer's CallCache protocol."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, create: bool = True, make_folder: bool = True) -> None:
+        """Open (and migrate) the store. `create=False`: a missing file is an error, nothing is created (read-only
+        commands); `make_folder=False`: a missing folder is an error, not made (a typo in --store). `created` says
+        whether this call made a new store file."""
         self.path = Path(path) if path else default_store_path()
+        self.created = not self.path.exists()
+        if self.created and not create:
+            raise StoreError(f"There is no store at {self.path}.",
+                             "Check the path in --store or MEDPANEL_STORE; runs are stored there by `medpanel bench` and the protocol commands.")
+        if self.created and not make_folder and not self.path.parent.is_dir():
+            raise StoreError(f"The folder {self.path.parent} of the store {self.path.name} does not exist.",
+                             f"Fix the path in --store or MEDPANEL_STORE, or create the folder: mkdir -p {self.path.parent}")
+        self._lock = threading.RLock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-            self._db.execute("PRAGMA journal_mode=WAL")
         except (OSError, sqlite3.Error) as exc:
-            raise UsageError(f"Cannot open the store {self.path}: {exc}.", "Pass a writable path with --store or MEDPANEL_STORE.") from None
-        self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes, fast commits
-        self._db.row_factory = sqlite3.Row
-        self._lock = threading.RLock()
-        self._migrate()
+            raise store_error(exc, self.path) from None
+        try:
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes, fast commits
+            self._migrate()
+        except (OSError, sqlite3.Error) as exc:
+            self._db.close()
+            raise store_error(exc, self.path) from None
 
     # ------------------------------------------------------------------ plumbing
 
     def _migrate(self) -> None:
+        # All pending migrations in one IMMEDIATE transaction, the list of applied ones read inside it: two
+        # processes opening an old store at once then apply each migration once (the second waits, sees it done).
         with self._lock:
-            self._db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
-            done = {r[0] for r in self._db.execute("SELECT name FROM _migrations")}
-            for name, sql in MIGRATIONS:
-                if name in done:
-                    continue
+            if self._pending_migrations(self._db.execute("SELECT name FROM sqlite_master WHERE name = '_migrations'").fetchone()):
+                self._transaction(self._apply_migrations)
+
+    def _pending_migrations(self, table_exists) -> bool:
+        if not table_exists:
+            return True
+        done = {r[0] for r in self._db.execute("SELECT name FROM _migrations")}
+        return any(name not in done for name, _ in MIGRATIONS)
+
+    def _apply_migrations(self) -> None:
+        self._db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at REAL NOT NULL)")
+        done = {r[0] for r in self._db.execute("SELECT name FROM _migrations")}
+        for name, sql in MIGRATIONS:
+            if name in done:
+                continue
+            for statement in filter(str.strip, sql.split(";")):
+                self._db.execute(statement)
+            self._db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
+
+    def _transaction(self, body):
+        """Run body() inside BEGIN IMMEDIATE ... COMMIT; on any failure roll back (if SQLite has not already)
+        and raise the first error, a store problem as one StoreError."""
+        with self._lock:
+            try:
                 self._db.execute("BEGIN IMMEDIATE")
                 try:
-                    for statement in filter(str.strip, sql.split(";")):
-                        self._db.execute(statement)
-                    self._db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, time.time()))
+                    result = body()
                     self._db.execute("COMMIT")
+                    return result
                 except BaseException:
-                    self._db.execute("ROLLBACK")
+                    if self._db.in_transaction:  # SQLite rolls back by itself after e.g. SQLITE_FULL
+                        try:
+                            self._db.execute("ROLLBACK")
+                        except sqlite3.Error:
+                            pass
                     raise
+            except (sqlite3.DatabaseError, OSError) as exc:
+                if not _store_problem(exc):
+                    raise
+                raise store_error(exc, self.path) from None
 
     def migrations(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT name FROM _migrations ORDER BY name")]
 
     def _write(self, statements: Iterable[tuple[str, tuple]]) -> None:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for sql, args in statements:
-                    self._db.execute(sql, args)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        from medpanel.redact import redact
+
+        def body() -> None:
+            for sql, args in statements:  # no API key is ever written, whatever a server echoed into an error
+                self._db.execute(sql, tuple(redact(a) if isinstance(a, str) else a for a in args))
+
+        self._transaction(body)
 
     def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         with self._lock:
-            return self._db.execute(sql, args).fetchall()
+            try:
+                return self._db.execute(sql, args).fetchall()
+            except sqlite3.DatabaseError as exc:
+                if not _store_problem(exc):
+                    raise  # a bug in the query, not a store problem
+                raise store_error(exc, self.path) from None
 
     def close(self) -> None:
         with self._lock:
@@ -180,21 +322,35 @@ class Store:
         now = time.time()
         model = record.get("model", "")
         usage = record.get("usage") or {}
+        truncated = record.get("truncated")
         self._write([
             ("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)", (key, model, json.dumps(record), now)),
-            ("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd) "
-             "VALUES (?, ?, 0, ?, ?, ?, ?, NULL, ?, ?, ?)",
+            ("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd, "
+             "served_model, truncated) VALUES (?, ?, 0, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)",
              (key, model, run_id, item_id, repeat, now, int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)),
-              float(record.get("cost_usd", 0.0)))),
+              float(record.get("cost_usd", 0.0)), record.get("served_model"), None if truncated is None else int(truncated))),
         ])
 
     def log_call(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
-                 usage: tuple[int, int, float] = (0, 0, 0.0)) -> None:
-        """Log a call: served from the cache, failed, or made without caching (usage = tokens in, out, dollars)."""
+                 usage: tuple[int, int, float] = (0, 0, 0.0), served_model: str | None = None, truncated: bool | None = None) -> None:
+        """Log a call: served from the cache, failed, or made without caching (usage = tokens in, out, dollars;
+        served_model and truncated as the reply said, None where there was no reply)."""
         run_id, item_id, repeat = scope or (None, None, None)
-        self._write([("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd) "
-                      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                      (key, model, int(cached), run_id, item_id, repeat, time.time(), error, *usage))])
+        self._write([("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd, "
+                      "served_model, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                      (key, model, int(cached), run_id, item_id, repeat, time.time(), error, *usage, served_model,
+                       None if truncated is None else int(truncated)))])
+
+    # ------------------------------------------------------------------ what servers accept
+
+    def server_capability(self, base_url: str, model: str, name: str) -> Any:
+        """What was learned about `name` on this server and model, or None if nothing is known."""
+        rows = self._query("SELECT value FROM server_capabilities WHERE base_url = ? AND model = ? AND name = ?", (base_url, model, name))
+        return json.loads(rows[0]["value"]) if rows else None
+
+    def remember_server_capability(self, base_url: str, model: str, name: str, value: Any) -> None:
+        self._write([("INSERT OR REPLACE INTO server_capabilities VALUES (?, ?, ?, ?, ?)",
+                      (base_url, model, name, json.dumps(value), time.time()))])
 
     def item_spend(self, run_id: str, item_id: str, repeat: int) -> dict[str, float]:
         """Tokens and dollars of the calls an item made (cache hits cost nothing), from the call log."""
@@ -221,13 +377,71 @@ class Store:
 
     # ------------------------------------------------------------------ runs
 
-    def create_run(self, run_id: str, *, dataset: str, protocol: str, models: list[str], settings: dict) -> None:
-        if self.get_run(run_id) is not None:
-            raise UsageError(f"A run with id {run_id} already exists.", "Use --resume to continue it, or pick another id.")
-        self._write([
-            ("INSERT INTO runs (id, created_at, status, dataset, protocol, models, settings) VALUES (?, ?, 'running', ?, ?, ?, ?)",
-             (run_id, time.time(), dataset, protocol, json.dumps(models), json.dumps(settings)))
-        ])
+    def create_run(self, run_id: str, *, dataset: str, protocol: str, models: list[str], settings: dict,
+                   lease: tuple[str, int, str] | None = None) -> None:
+        """Record a new run, checked and inserted in one IMMEDIATE transaction (two processes creating one id:
+        the second gets the UsageError). `lease` = (token, pid, host): the creator holds the run's lease from
+        the same transaction on."""
+        def body() -> None:
+            if self._db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone():
+                raise UsageError(f"A run with id {run_id} already exists.", "Use --resume to continue it, or pick another id.")
+            now = time.time()
+            self._db.execute("INSERT INTO runs (id, created_at, status, dataset, protocol, models, settings) VALUES (?, ?, 'running', ?, ?, ?, ?)",
+                             (run_id, now, dataset, protocol, json.dumps(models), json.dumps(settings)))
+            if lease:
+                self._db.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?, ?)", (run_id, *lease, now, now))
+
+        self._transaction(body)
+
+    # ------------------------------------------------------------------ one writer per run
+
+    def lease(self, run_id: str) -> dict | None:
+        rows = self._query("SELECT * FROM leases WHERE run_id = ?", (run_id,))
+        return dict(rows[0]) if rows else None
+
+    @staticmethod
+    def lease_stale(lease: dict, *, host: str, now: float | None = None, stale_after_s: float = LEASE_STALE_S) -> str | None:
+        """Why a lease is stale (its holder is gone), or None while its holder may still be writing."""
+        age = (now or time.time()) - lease["heartbeat_at"]
+        if lease["host"] == host and not _pid_alive(lease["pid"]):
+            return f"its writer (pid {lease['pid']} on {host}) is no longer running"
+        if age > stale_after_s:
+            return f"its writer (pid {lease['pid']} on {lease['host']}) last signalled {age:.0f} s ago"
+        return None
+
+    def acquire_lease(self, run_id: str, token: str, *, pid: int, host: str, stale_after_s: float = LEASE_STALE_S) -> str | None:
+        """Become the run's one writer, in one IMMEDIATE transaction. A live holder: UsageError naming it. A stale
+        holder (dead pid on this host, or no heartbeat for stale_after_s): taken over, the run first marked
+        `interrupted` with the reason, which is returned. None when there was no holder."""
+        def body() -> str | None:
+            row = self._db.execute("SELECT * FROM leases WHERE run_id = ?", (run_id,)).fetchone()
+            now = time.time()
+            reason = None
+            if row is not None and row["token"] != token:
+                holder = dict(row)
+                stale = self.lease_stale(holder, host=host, now=now, stale_after_s=stale_after_s)
+                if stale is None:
+                    raise UsageError(
+                        f"Run {run_id} is being written by another process: pid {holder['pid']} on {holder['host']} "
+                        f"(since {time.strftime('%H:%M:%S', time.localtime(holder['started_at']))}, last heartbeat {now - holder['heartbeat_at']:.0f} s ago).",
+                        f"Wait for it to finish, or stop it (on {holder['host']}: kill {holder['pid']}) and resume again; "
+                        "a run has one writer at a time so no item is paid for twice.")
+                reason = f"taken over: {stale}"
+                self._db.execute("UPDATE runs SET status = 'interrupted', finished_at = ?, message = ? WHERE id = ?", (now, reason, run_id))
+            self._db.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?, ?)", (run_id, token, pid, host, now, now))
+            return reason
+
+        return self._transaction(body)
+
+    def heartbeat(self, run_id: str, token: str) -> bool:
+        """Refresh the lease; False when this holder no longer holds it (it was taken over)."""
+        def body() -> bool:
+            return self._db.execute("UPDATE leases SET heartbeat_at = ? WHERE run_id = ? AND token = ?", (time.time(), run_id, token)).rowcount == 1
+
+        return self._transaction(body)
+
+    def release_lease(self, run_id: str, token: str) -> None:
+        self._write([("DELETE FROM leases WHERE run_id = ? AND token = ?", (run_id, token))])
 
     def set_run_status(self, run_id: str, status: str, message: str | None = None) -> None:
         finished = time.time() if status != "running" else None
@@ -259,6 +473,11 @@ class Store:
             d["models"] = json.loads(d["models"])
             d["done"] = d["done"] or 0
             d["failed"] = d["failed"] or 0
+            if d["status"] == "running":  # a writer killed outright never said so: show what its lease says
+                lease = self.lease(d["id"])
+                gone = "no writer holds its lease" if lease is None else self.lease_stale(lease, host=socket.gethostname())
+                if gone:
+                    d["status"], d["stale"] = "interrupted", gone
             out.append(d)
         return out
 

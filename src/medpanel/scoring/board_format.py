@@ -8,17 +8,16 @@ A Board Simulation response is one discussion block of numbered turns and one co
     </discussion>
     <conclusion>Two to four sentences.</conclusion>
 
-Two readers live here, because the benchmark has two:
+Two readings of it are involved, because the benchmark has two (board_reader.py explains them):
 
-* `parse_board_response` is the *evaluation* reader (the conclusion it finds is what the judge,
-  ROUGE-L and BERTScore score). It is lenient: it drops a leading ``<think>`` block and a
-  surrounding code fence, lets a turn's text run over several lines, tolerates missing closing
-  tags, and reports a parse status (parsed / parsed_with_warnings / parsed_after_cleanup /
-  raw_fallback) with warnings.
-* `score_format` is the *reward's* format term: strict, on the response as written. It gives
-  dense partial credit per component plus an all-or-nothing exact part, minus a repetition
-  penalty and an overlength penalty, and (in the released-code preset) fails closed on a
-  truncated, looping or block-less response so that no judge is called for it.
+* `score_format` is the *training reward's* format term (OpenTumorBoard's
+  training/verl_otb/reward.py): strict, on the response as written. It gives dense partial credit
+  per component plus an all-or-nothing exact part, minus a repetition penalty and an overlength
+  penalty, and (in the released-code preset) fails closed on a truncated, looping or block-less
+  response so that no judge is called for it.
+* `parse_board_response` is the *evaluation* reader (scripts/evaluation/...), whose conclusion
+  the judge, ROUGE-L and BERTScore score; `score_format` reports its view in `FormatScore.parse`.
+  It has a ``released`` mode (the release's rules, exactly) and a ``lenient`` one (medpanel's).
 
 Tokens. Two counts are involved and they are kept apart on purpose:
 
@@ -41,6 +40,9 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from medpanel.errors import UsageError
+from medpanel.reply_text import strip_reply
+from medpanel.scoring.board_reader import (READERS, BoardTurn, ParsedBoard, ParseStatus, Reader, clean_response,  # noqa: F401
+                                           count_sentences_loosely, extract_conclusion, parse_board_response, turn_number)
 
 Tokenizer = Callable[[str], Sequence[object]]
 
@@ -57,9 +59,20 @@ def word_tokens(text: str) -> list[str]:
 # ---------------------------------------------------------------- sentences
 
 _SENTENCE_MARK = re.compile(r"[.!?][\"'”]*(?=\s|$)")
-_WORD_BEFORE = re.compile(r"(\w*)$")
 _TITLES = {"Mr", "Ms", "Dr"}
-_LOOSE_SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*(?=\s|$)")
+
+
+def _is_word_char(char: str) -> bool:
+    return char.isalnum() or char == "_"  # what the regex \w matches, in Unicode
+
+
+def _word_before(text: str, end: int) -> str:
+    """The word that ends at `end` when it has at most 3 characters (titles and initials are
+    shorter), else "". Looks back only a few characters, so long texts stay linear."""
+    start = end
+    while start > 0 and end - start < 3 and _is_word_char(text[start - 1]):
+        start -= 1
+    return "" if start > 0 and _is_word_char(text[start - 1]) else text[start:end]
 
 
 def count_sentences(text: str) -> int:
@@ -67,136 +80,11 @@ def count_sentences(text: str) -> int:
     whitespace or the end, except after the titles Mr, Ms, Dr or a single capital initial ("J.")."""
     count = 0
     for mark in _SENTENCE_MARK.finditer(text or ""):
-        word = _WORD_BEFORE.search(text, 0, mark.start()).group(1)
+        word = _word_before(text, mark.start())
         if word in _TITLES or (len(word) == 1 and "A" <= word <= "Z"):
             continue
         count += 1
     return count
-
-
-def count_sentences_loosely(text: str) -> int:
-    """Sentences as the evaluation reader counts them for its warning: any run of end marks
-    (closing quotes or brackets allowed) before whitespace or the end; no abbreviation rules."""
-    return len(_LOOSE_SENTENCE_END.findall((text or "").strip()))
-
-
-# ---------------------------------------------------------------- the evaluation reader
-
-ParseStatus = Literal["parsed", "parsed_with_warnings", "parsed_after_cleanup", "raw_fallback"]
-
-
-class BoardTurn(BaseModel):
-    number: int
-    role: str
-    text: str
-
-
-class ParsedBoard(BaseModel):
-    """What the evaluation reader found. `conclusion` is None when the status is raw_fallback."""
-
-    status: ParseStatus
-    warnings: list[str] = Field(default_factory=list)
-    cleanup: list[str] = Field(default_factory=list)  # "think", "code_fence": what was removed first
-    turns: list[BoardTurn] = Field(default_factory=list)
-    conclusion: str | None = None
-    conclusion_sentences: int | None = None
-    role_count: int = 0
-
-
-_THINK_BLOCK = re.compile(r"\A\s*<think\b[^>]*>.*?</think>\s*", re.I | re.S)
-_TURN_HEAD = re.compile(r"^[ \t]*<\s*turn\s+(\d+)\s*>[ \t]*([^:\n]{1,80}?)[ \t]*:[ \t]*(.*)$", re.M | re.I)
-_OPEN_DISCUSSION = re.compile(r"<\s*discussion\s*>", re.I)
-_CLOSE_DISCUSSION = re.compile(r"<\s*/\s*discussion\s*>", re.I)
-_OPEN_CONCLUSION = re.compile(r"<\s*conclusion\s*>", re.I)
-_CLOSE_CONCLUSION = re.compile(r"<\s*/\s*conclusion\s*>", re.I)
-
-
-def clean_response(text: str) -> tuple[str, list[str]]:
-    """Strip outer whitespace, one leading <think>...</think> block and a surrounding ``` fence."""
-    cleaned = (text or "").strip()
-    steps: list[str] = []
-    without_think = _THINK_BLOCK.sub("", cleaned, count=1).strip()
-    if without_think != cleaned:
-        steps.append("think")
-        cleaned = without_think
-    if cleaned.startswith("```"):
-        lines = cleaned.splitlines()[1:]  # the opening fence line, with any language tag
-        if lines and lines[-1].strip() == "```":
-            lines = lines[:-1]
-        cleaned = "\n".join(lines).strip()
-        steps.append("code_fence")
-    return cleaned, steps
-
-
-def parse_board_response(text: str) -> ParsedBoard:
-    """Read a response the way the benchmark's evaluation does (see the module docstring).
-
-    Status: raw_fallback when no turn line, no conclusion tag, no turn text or an empty conclusion
-    is found; parsed_with_warnings when a tag is missing, the turns are not numbered 1..N, or the
-    conclusion is not 2-4 sentences; parsed_after_cleanup when it parsed cleanly only after a
-    <think> block was removed (a removed code fence is listed in `cleanup` but, as in the released
-    reader, does not change the status); parsed otherwise.
-    """
-    cleaned, steps = clean_response(text)
-    if not _TURN_HEAD.search(cleaned):
-        return ParsedBoard(status="raw_fallback", warnings=["no '<turn N> Role: text' line"], cleanup=steps)
-    warnings: list[str] = []
-    opened = _OPEN_DISCUSSION.search(cleaned)
-    closed = _CLOSE_DISCUSSION.search(cleaned)
-    if opened is None:
-        warnings.append("missing <discussion> tag")
-    if closed is None:
-        warnings.append("missing </discussion> tag")
-    conclusion_open = _OPEN_CONCLUSION.search(cleaned)
-    if conclusion_open is None:
-        return ParsedBoard(status="raw_fallback", warnings=["missing <conclusion> section"], cleanup=steps)
-    conclusion_close = _CLOSE_CONCLUSION.search(cleaned, conclusion_open.end())
-    if conclusion_close is None:
-        warnings.append("missing </conclusion> tag")  # a reply cut at max_tokens: keep what is there
-    conclusion = cleaned[conclusion_open.end():conclusion_close.start() if conclusion_close else len(cleaned)].strip()
-
-    body_start = opened.end() if opened else 0
-    body_end = closed.start() if closed else conclusion_open.start()
-    body = cleaned[body_start:body_end]
-    heads = list(_TURN_HEAD.finditer(body))
-    turns: list[BoardTurn] = []
-    for index, head in enumerate(heads):
-        stop = heads[index + 1].start() if index + 1 < len(heads) else len(body)
-        said = (head.group(3) + body[head.end():stop]).strip()  # the rest starts with its own newline
-        if said:  # a head with nothing said is not a turn
-            turns.append(BoardTurn(number=int(head.group(1)), role=head.group(2).strip().strip("*").strip(), text=said))
-    if not turns or not conclusion:
-        return ParsedBoard(status="raw_fallback", warnings=["missing turns or conclusion text"], cleanup=steps)
-    if [t.number for t in turns] != list(range(1, len(turns) + 1)):
-        warnings.append("turn numbers are not 1..N in order")
-    sentences = count_sentences_loosely(conclusion)
-    if not 2 <= sentences <= 4:
-        warnings.append(f"expected a 2-4 sentence conclusion, found approximately {sentences}")
-    status: ParseStatus = "parsed_with_warnings" if warnings else ("parsed_after_cleanup" if "think" in steps else "parsed")
-    return ParsedBoard(status=status, warnings=warnings, cleanup=steps, turns=turns, conclusion=conclusion,
-                       conclusion_sentences=sentences, role_count=len({t.role.casefold() for t in turns}))
-
-
-_CLOSED_CONCLUSION = re.compile(r"<\s*conclusion\s*>(.*?)<\s*/\s*conclusion\s*>", re.I | re.S)
-_OPEN_ENDED_CONCLUSION = re.compile(r"<\s*conclusion\s*>(.+)\Z", re.I | re.S)
-_LABELLED_CONCLUSION = re.compile(r"\A\s*(?:#{1,6}\s*)?(?:\*\*conclusion:\*\*|\*\*conclusion\*\*:|conclusion:)\s*(.+)\Z", re.I | re.S)
-
-
-def extract_conclusion(text: str) -> tuple[str, str]:
-    """(conclusion, how it was found) for judging; ("", "unavailable") is a format failure, scored
-    at the floor of each scale, never dropped. Tries the evaluation reader, then a closed or
-    open-ended <conclusion> tag anywhere, then a reply that is only "Conclusion: ..."."""
-    parsed = parse_board_response(text)
-    if parsed.conclusion:
-        return parsed.conclusion, "parsed"
-    raw = text or ""
-    if "|" not in raw and (labelled := _LABELLED_CONCLUSION.match(raw.strip())) and labelled.group(1).strip():
-        return labelled.group(1).strip(), "conclusion_only_response"
-    for pattern in (_CLOSED_CONCLUSION, _OPEN_ENDED_CONCLUSION):
-        found = pattern.search(raw)
-        if found and found.group(1).strip():
-            return found.group(1).strip(), "conclusion_xml"
-    return "", "unavailable"
 
 
 # ---------------------------------------------------------------- settings of the format term
@@ -229,11 +117,17 @@ class FormatSettings(BaseModel):
     repetition_ngram: int = Field(4, ge=1)
     repetition_min_ngram_count: int = Field(12, ge=1)
     repetition_min_ngram_fraction: float = 0.15       # ... or one n-gram filling this share of the tail
+    # "released_grid": the released scanner (block starts on a grid of the block width);
+    # "every_offset": medpanel's stricter scanner (every start). See `longest_block_run`.
+    repetition_detector: Literal["released_grid", "every_offset"] = "released_grid"
     run_penalty_range: tuple[float, float] = (8.0, 128.0)
     ngram_penalty_range: tuple[float, float] = (0.15, 0.50)
     # overlength, in model tokens
     overlength_start: int = 6144
     overlength_end: int = 8192
+    # with no token count (neither `response_tokens` nor a tokenizer): "none" applies no overlength penalty, as
+    # the release's _overlong_penalty(None, ...) does; "word_tokens" lets word tokens stand in (an undercount)
+    length_without_count: Literal["none", "word_tokens"] = "none"
     floor: float = -1.0
     # fail closed: fixed scores (and no judge) for truncated / severely looping / block-less replies
     fail_closed: bool = True
@@ -241,8 +135,16 @@ class FormatSettings(BaseModel):
     severe_ngram_fraction: float = 0.50
     failure_scores: dict[str, float] = Field(default_factory=lambda: {
         "truncated": -1.0, "severe_repetition": -1.0, "no_blocks": -1.0, "one_block": -0.75})
-    # score the response as written (released), or after removing <think> and a code fence
+    # score the response as written (released), or after the evaluation reader's cleanup
     score_cleaned_text: bool = False
+    # strict turn lines: "unicode" reads <turn N> as the released pattern [1-9]\d* does (any
+    # Unicode digit after the first); "ascii" takes ASCII digits only
+    turn_digits: Literal["unicode", "ascii"] = "unicode"
+    # distinct roles (role_count, the paper's roles part): "as_written" as the release counts
+    # them ("Moderator" and "moderator" are two), or "casefolded"
+    distinct_roles: Literal["as_written", "casefolded"] = "as_written"
+    # the evaluation reader whose view is reported in FormatScore.parse (see board_reader.py)
+    evaluation_reader: Reader = "released"
 
     @model_validator(mode="after")
     def _check(self) -> "FormatSettings":
@@ -261,13 +163,18 @@ class FormatSettings(BaseModel):
 
     @classmethod
     def for_preset(cls, name: str, **overrides) -> "FormatSettings":
-        """'released_code': training/verl_otb/reward.py of OpenTumorBoard's repository.
+        """'released_code': training/verl_otb/reward.py of OpenTumorBoard's repository, exactly (with
+        its evaluation script's reader for `parse`).
         'paper': the paper's appendix E.2 (dense parts include roles, no fail-closed gate,
-        continuous repetition penalty, floor -1); numbers the paper leaves out are the released ones."""
+        continuous repetition penalty, floor -1); numbers the paper leaves out are the released
+        ones; where it states no rule, medpanel's stricter or more lenient choice is used (every
+        offset for loops, ASCII turn numbers, roles casefolded, the lenient reader)."""
         if name == "released_code":
             base = cls()
         elif name == "paper":
-            base = cls(preset="paper", dense_weights=dict(PAPER_DENSE_WEIGHTS), fail_closed=False)
+            base = cls(preset="paper", dense_weights=dict(PAPER_DENSE_WEIGHTS), fail_closed=False, length_without_count="word_tokens",
+                       repetition_detector="every_offset", turn_digits="ascii", distinct_roles="casefolded",
+                       evaluation_reader="lenient")
         else:
             raise UsageError(f"Unknown reward preset '{name}'.", "Use 'released_code' or 'paper'.")
         return cls.model_validate(base.model_dump() | overrides)
@@ -277,7 +184,8 @@ class FormatSettings(BaseModel):
 
 class RepetitionCheck(BaseModel):
     tail_tokens: int
-    max_run: int              # most consecutive repeats of one block of 1..max_block word tokens
+    max_run: int              # most consecutive repeats of one block of 1..max_block word tokens, as the detector counts
+    detector: str
     ngram_count: int          # occurrences of the commonest n-gram in the tail
     ngram_fraction: float     # share of the tail it covers: min(1, count * n / tail length)
     detected: bool
@@ -290,11 +198,11 @@ def _ramp(value: float, start: float, end: float) -> float:
 
 
 def longest_block_run(tokens: Sequence[str], max_block: int) -> int:
-    """Most consecutive copies of any block of 1..max_block tokens, at any alignment.
+    """Most consecutive copies of any block of 1..max_block tokens, at any alignment (the
+    "every_offset" detector).
 
     A stretch where tokens[i] == tokens[i - w] holds for L positions in a row is a block of width w
-    repeated 1 + L // w times. (The released scanner steps block by block and can count one copy
-    fewer when a loop starts off its grid.)
+    repeated 1 + L // w times.
     """
     if not tokens:
         return 0
@@ -307,18 +215,45 @@ def longest_block_run(tokens: Sequence[str], max_block: int) -> int:
     return best
 
 
+def released_block_run(tokens: Sequence[str], max_block: int) -> int:
+    """The released scanner's longest run (the "released_grid" detector).
+
+    For each width w it reads the tail in blocks that start at multiples of w: it counts how many
+    copies of the block at a start follow back to back, then jumps past them. A loop that starts off
+    that grid is therefore seen one copy short (its first copy is split across two blocks), and a
+    final copy cut short is not counted. Tails under 8 tokens are not scanned (the run is 1), and a
+    width is scanned only while two whole blocks still fit.
+    """
+    if len(tokens) < 8:
+        return 1
+    best = 1
+    for width in range(1, max_block + 1):
+        start = 0
+        while start + 2 * width <= len(tokens):
+            matched = 0  # positions j past the first block with tokens[j] == tokens[j - width]
+            j = start + width
+            while j < len(tokens) and tokens[j] == tokens[j - width]:
+                matched += 1
+                j += 1
+            copies = 1 + matched // width
+            best = max(best, copies)
+            start += copies * width
+    return best
+
+
 def check_repetition(text: str, settings: FormatSettings | None = None) -> RepetitionCheck:
     s = settings or FormatSettings()
     tail = word_tokens(text)[-s.repetition_tail_tokens:]
-    max_run = longest_block_run(tail, s.repetition_max_block)
+    scan = released_block_run if s.repetition_detector == "released_grid" else longest_block_run
+    max_run = scan(tail, s.repetition_max_block)
     n = s.repetition_ngram
     count = max(Counter(tuple(tail[i:i + n]) for i in range(len(tail) - n + 1)).values(), default=0)
     fraction = min(1.0, count * n / len(tail)) if tail else 0.0
     detected = max_run >= s.repetition_min_run or (count >= s.repetition_min_ngram_count and fraction >= s.repetition_min_ngram_fraction)
     severe = detected and (fraction >= s.severe_ngram_fraction or max_run >= s.severe_run)
     penalty = max(_ramp(max_run, *s.run_penalty_range), _ramp(fraction, *s.ngram_penalty_range)) if detected else 0.0
-    return RepetitionCheck(tail_tokens=len(tail), max_run=max_run, ngram_count=count, ngram_fraction=fraction,
-                           detected=detected, severe=severe, penalty=penalty)
+    return RepetitionCheck(tail_tokens=len(tail), max_run=max_run, detector=s.repetition_detector, ngram_count=count,
+                           ngram_fraction=fraction, detected=detected, severe=severe, penalty=penalty)
 
 
 def overlength_penalty(tokens: int | None, settings: FormatSettings | None = None, limit: int | None = None) -> float:
@@ -335,10 +270,14 @@ def overlength_penalty(tokens: int | None, settings: FormatSettings | None = Non
 
 # ---------------------------------------------------------------- the format score
 
+LENGTH_UNKNOWN_NOTE = "length unknown: no overlength penalty (as the release)"
+
+
 class LengthCheck(BaseModel):
     tokens: int
     source: Literal["given", "tokenizer", "word_tokens"]  # word_tokens: an approximation, see module docstring
     penalty: float
+    note: str | None = None  # e.g. no token count, so no overlength penalty (released_code, as the release)
 
 
 class FormatScore(BaseModel):
@@ -369,7 +308,9 @@ class FormatScore(BaseModel):
 _DISCUSSION_BLOCK = re.compile(r"<discussion>\s*(.*?)\s*</discussion>", re.S)
 _CONCLUSION_BLOCK = re.compile(r"<conclusion>\s*(.*?)\s*</conclusion>", re.S)
 _ENVELOPE = re.compile(r"<discussion>\n.*?\n</discussion>\n<conclusion>[^\n]+</conclusion>", re.S)
-_STRICT_TURN = re.compile(r"<turn ([1-9][0-9]*)> ([^:\n<>]+): (.+)")
+# The training reward's turn line; the released pattern's \d takes any Unicode digit after the first.
+_STRICT_TURN = {"unicode": re.compile(r"<turn ([1-9]\d*)> ([^:\n<>]+): (.+)"),
+                "ascii": re.compile(r"<turn ([1-9][0-9]*)> ([^:\n<>]+): (.+)")}
 
 
 def _single_block(pattern: re.Pattern[str], text: str) -> tuple[str | None, re.Match[str] | None]:
@@ -403,15 +344,19 @@ def score_format(
     `length_limit`: the generation's max tokens, when below `overlength_end`.
     """
     s = settings or FormatSettings()
-    parse = parse_board_response(response)
-    text = clean_response(response)[0] if s.score_cleaned_text else (response or "")
+    parse = parse_board_response(response, s.evaluation_reader)
+    if not s.score_cleaned_text:
+        text = response or ""
+    else:
+        text = clean_response(response)[0] if s.evaluation_reader == "released" else strip_reply(response).text
 
     discussion, discussion_match = _single_block(_DISCUSSION_BLOCK, text)
     conclusion, conclusion_match = _single_block(_CONCLUSION_BLOCK, text)
     lines = discussion.splitlines() if discussion is not None else []
-    turns = [m for m in (_STRICT_TURN.fullmatch(line) for line in lines) if m is not None]
+    turn_line = _STRICT_TURN[s.turn_digits]
+    turns = [m for m in (turn_line.fullmatch(line) for line in lines) if m is not None]
     roles = [m.group(2).strip() for m in turns]
-    distinct_roles = {r.casefold() for r in roles}
+    distinct_roles = {r.casefold() if s.distinct_roles == "casefolded" else r for r in roles}
     moderator_first = bool(roles) and roles[0].casefold() == "moderator"
     sentences = count_sentences(conclusion) if conclusion is not None else 0
     present = (discussion is not None) + (conclusion is not None)
@@ -422,7 +367,7 @@ def score_format(
         "blocks_in_order": 1.0 if in_order else 0.5 * (present > 0),
         "envelope": float(_ENVELOPE.fullmatch(text) is not None),
         "turn_syntax": len(turns) / len(lines) if lines else 0.0,
-        "numbering": sum(int(m.group(1)) == i for i, m in enumerate(turns, 1)) / len(turns) if turns else 0.0,
+        "numbering": sum(turn_number(m.group(1)) == i for i, m in enumerate(turns, 1)) / len(turns) if turns else 0.0,
         "roles": 0.5 * (len(distinct_roles) >= 2) + 0.5 * moderator_first,
         "conclusion_sentences": _conclusion_credit(sentences, s),
         "no_outer_whitespace": float(bool(text) and text == text.strip()),
@@ -438,7 +383,11 @@ def score_format(
         tokens, source = len(tokenizer(response or "")), "tokenizer"
     else:
         tokens, source = len(word_tokens(response)), "word_tokens"
-    length = LengthCheck(tokens=tokens, source=source, penalty=overlength_penalty(tokens, s, length_limit))
+    if source == "word_tokens" and s.length_without_count == "none":
+        # the release applies no overlength penalty when it is given no length; the word count is kept for reference
+        length = LengthCheck(tokens=tokens, source=source, penalty=0.0, note=LENGTH_UNKNOWN_NOTE)
+    else:
+        length = LengthCheck(tokens=tokens, source=source, penalty=overlength_penalty(tokens, s, length_limit))
 
     failure = None
     if s.fail_closed:

@@ -5,12 +5,20 @@
 accepts a reply that is only a letter, or, when the option texts are given, an "Answer: yes" that
 names exactly one option's text. Keywords match in any case; the letter itself must be a capital,
 so "the answer is a rare syndrome" is not read as option A.
+
+The reply is first read through `medpanel.reply_text.strip_reply`, the one reasoning/fence stripper:
+closed reasoning blocks are dropped, and a reply whose reasoning never closed (cut off while thinking)
+has no answer at all. `read_choice` says which of these happened (`ChoiceRead.status`), so a protocol
+records "unclosed_reasoning" apart from "no_choice_found"; `parse_choice` gives only the letter.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from medpanel.reply_text import strip_reply
 
 # A statement that names the answer, then the letter. Keywords case-insensitive, letter case-sensitive.
 _KEY = r"(?i:\b(?:final\s+|correct\s+|best\s+)?(?:answer|choice|selection))"
@@ -27,7 +35,24 @@ _EXPLICIT = [
 _LINE_LETTER = re.compile(r"^[\s\*]*\(?([A-J])[\).:]\**\s", re.MULTILINE)
 _PRONOUN_I = re.compile(r"\s+(?:am|think|believe|would|will|have|had|can|cannot|could|should|must|agree|disagree|maintain|still|now|'m|feel)\b")
 _ANSWER_TEXT = re.compile(_KEY + r"[\s\*_]*(?:(?i:is)\b)?[\s\*_:\-=]*([^\n]+)")
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
+
+# Why a reply yields no letter: its reasoning never closed, nothing was left after the reasoning, or
+# the text left states no choice. "parsed" when a letter was read.
+ANSWER_STATUSES = ("parsed", "unclosed_reasoning", "empty", "no_choice_found")
+
+
+@dataclass(frozen=True)
+class ChoiceRead:
+    choice: str | None
+    status: str  # one of ANSWER_STATUSES
+
+    @property
+    def parsed(self) -> bool:
+        return self.choice is not None
+
+    def as_data(self) -> dict:
+        """The fields a protocol writes on the seat's turn event."""
+        return {"choice": self.choice, "parsed": self.parsed, "answer_status": self.status}
 
 
 def _normalise(text: str) -> str:
@@ -66,15 +91,29 @@ def _by_option_text(text: str, options: Mapping[str, str]) -> str | None:
     return prefixed[0][1]
 
 
-def parse_choice(text: str, letters: str | Iterable[str] | Mapping[str, str] = "ABCDE") -> str | None:
-    """The option letter a reply settles on, or None when it cannot be told (never a guess).
+def read_choice(text: str | None, letters: str | Iterable[str] | Mapping[str, str] = "ABCDE") -> ChoiceRead:
+    """The option letter a reply settles on, with why there is none when it cannot be told (never a guess).
 
     `letters` are the allowed letters; pass the options mapping {letter: text} to also accept an
     answer stated as an option's text ("Answer: yes" for PubMedQA's A. yes).
     """
+    stripped = strip_reply(text)
+    if stripped.unclosed_reasoning:
+        return ChoiceRead(None, "unclosed_reasoning")  # truncated reasoning is not a committed answer
+    if not stripped.text:
+        return ChoiceRead(None, "empty")
+    choice = _choice_in(stripped.text, letters)
+    return ChoiceRead(choice, "parsed" if choice is not None else "no_choice_found")
+
+
+def parse_choice(text: str | None, letters: str | Iterable[str] | Mapping[str, str] = "ABCDE") -> str | None:
+    """The option letter a reply settles on, or None when it cannot be told (see `read_choice`)."""
+    return read_choice(text, letters).choice
+
+
+def _choice_in(body: str, letters: str | Iterable[str] | Mapping[str, str]) -> str | None:
     options = letters if isinstance(letters, Mapping) else None
     allowed = {str(x).upper() for x in letters}
-    body = _THINK.sub("", text or "").strip() or (text or "")
     hits = _explicit_hits(body, allowed)
     if hits:
         return hits[-1]  # the last explicit statement wins: models often revise mid-reply

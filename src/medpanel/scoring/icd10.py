@@ -17,6 +17,9 @@ the full code, the category, and the chapter. Two choices are explicit here rath
 
 Predicted codes that do not exist (hallucinated, e.g. "M34.59") stay in the prediction: they count
 against precision, and are reported separately as the invalid-code rate. Duplicates count once.
+
+MedSyn's released scoring, with its bugs, is `medpanel.scoring.icd10_released` (preset "released");
+scoring many pairs at once is `medpanel.scoring.icd10_pairs`.
 """
 
 from __future__ import annotations
@@ -50,6 +53,13 @@ def normalise(code: str) -> str | None:
     if not _CODE_SHAPE.fullmatch(bare):
         return None
     return bare if len(bare) == 3 else f"{bare[:3]}.{bare[3:]}"
+
+
+def token_code(token: str) -> str | None:
+    """The code one whole token is ("E119", "I10.", "e11.9:"), normalised; None for a word ("T2DM", "and")."""
+    token = token.strip(".:-'\"*`")
+    match = _CODE_IN_TEXT.fullmatch(token)
+    return normalise(token) if match else None
 
 
 def parse_codes(text: str | Iterable[str]) -> list[str]:

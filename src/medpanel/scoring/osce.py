@@ -162,9 +162,20 @@ DIAGNOSIS_SYSTEM = (
 )
 
 
+# Invisible characters a fence could be padded with, and the forms NFKC folds to '<' and '>' (small, full-width).
+_INVISIBLE = r"[\s\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0]*"
+_FENCE_RUN = {c: re.compile(f"[{c}](?:{_INVISIBLE}[{c}])+") for c in ("<\ufe64\uff1c", ">\ufe65\uff1e")}
+
+
 def as_data(text: str) -> str:
-    """Material for a judge, unable to close its <<< >>> fence early (a patient or doctor could type one)."""
-    return text.replace("<<<", "‹‹‹").replace(">>>", "›››")
+    """Material for a judge, unable to close its <<< >>> fence early (a patient or doctor could type one).
+
+    Every run of two or more angle brackets, in any form NFKC reads as one and with invisible characters
+    or spaces between them, becomes guillemets (‹‹ ››), so no look-alike of the fence survives."""
+    for chars, pattern in _FENCE_RUN.items():
+        mark = "‹" if "<" in chars else "›"
+        text = pattern.sub(lambda m: mark * sum(c in chars for c in m.group()), text)
+    return text
 
 
 async def _ask(judge: Model, system: str, user: str, schema: type[BaseModel], max_tokens: int) -> Reply:

@@ -4,7 +4,8 @@ The judges are not called here: their results come in as numbers on the judges' 
 this module normalises and combines them with the judge-free format term (board_format.py):
 
     alignment   = (conclusion-alignment score - 1) / 4        1..5  -> 0..1
-    decisions   = weighted mean of the in-scope four-decision scores / 5
+    decisions   = weighted mean of the in-scope four-decision scores / 5, on the training
+                  reward's 0-5 scale (0: decision left out or overturned; JudgeScores.from_judgements)
                   (therapy 1.00, surgery 1.25, next action 1.15, clinical trial 2.00;
                    a dimension scored -1 is out of scope; none in scope -> 0)   0..5 -> 0..1
     consistency = discussion-to-conclusion consistency / 5    0..5  -> 0..1
@@ -14,7 +15,8 @@ this module normalises and combines them with the judge-free format term (board_
 
 Two presets (`RewardSettings.for_preset`):
 
-* ``released_code`` - OpenTumorBoard's training/verl_otb/reward.py. A truncated, severely looping
+* ``released_code`` - OpenTumorBoard's training/verl_otb/reward.py, quirks included (its loop
+  scanner's block grid, Unicode turn digits; see board_format.FormatSettings). A truncated, severely looping
   or block-less response skips every judge: match = -0.20 and format takes a fixed failure score
   (-1, or -0.75 with one block missing), so its reward is -0.30 or -0.275.
 * ``paper`` - the paper's appendix E.2. It names the terms and the normalisations above but not
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -63,6 +66,27 @@ class JudgeScores(BaseModel):
     alignment: float = Field(ge=1, le=5, description="conclusion-alignment rubric, 1..5")
     decisions: float | None = Field(None, ge=0, le=5, description="weighted mean of in-scope decision scores, 0..5; None: none in scope")
     consistency: float = Field(ge=0, le=5, description="discussion-to-conclusion consistency, 0..5")
+
+
+    @classmethod
+    def from_judgements(cls, results: Mapping[str, Any]) -> "JudgeScores | None":
+        """The three numbers from the training reward's own judges (`judges.release_mode.reward_judgements`),
+        or None when the reward's gate called none. Their four-decision scale is 0-5 with 0 for a decision
+        left out or overturned, so an overturned decision adds 0 to the decisions term; an evaluation rubric
+        (1-5, medpanel or released mode) would have given it 1, i.e. 0.2, which is why those are refused."""
+        wrong = sorted({getattr(r, "mode", None) for r in results.values()} - {"reward"})
+        if wrong:
+            raise UsageError(f"Reward terms need the training reward's judges, not {', '.join(map(str, wrong))}-mode judgements "
+                             "(their four-decision scale is 1-5, the reward's is 0-5).",
+                             "Judge the response with medpanel.scoring.judges.release_mode.reward_judgements.")
+        if all(r.status == "format_failure" for r in results.values()):
+            return None
+        unscored = [name for name, r in results.items() if r.status != "ok"]
+        if unscored:
+            raise UsageError(f"The reward's judges could not score {', '.join(unscored)}: the reward of this response is unscored.",
+                             "See each judgement's error; rerun when the judge answers.")
+        scores = {k: v for r in results.values() for k, v in r.scores.items()}
+        return cls(alignment=scores["conclusion_alignment"], decisions=scores["four_decisions"], consistency=scores["consistency"])
 
 
 def normalise_alignment(score: float) -> float:

@@ -13,7 +13,8 @@ As a subprocess (prints one line `READY http://127.0.0.1:PORT/v1`, then serves u
     python -m medpanel.testing.mock_server --port 0 --latency 0.05 --reply choice --fault-rate 0.2
 
 Fault kinds: "500", "429" (with Retry-After), "timeout" (hangs `hang_s`), "malformed" (200 with a
-truncated body), "invalid_json" (200 whose content is not JSON; structured requests only). A request
+truncated body), "invalid_json" (200 whose content is not JSON; structured requests only), "trickle"
+(a normal answer sent one byte every `trickle_s`, as a stalled proxy would: an idle timeout never fires). A request
 for the model `missing` gets a 404, an unparseable body a 400.
 """
 
@@ -34,7 +35,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-FAULT_KINDS = ("500", "429", "timeout", "malformed", "invalid_json")
+FAULT_KINDS = ("500", "429", "timeout", "malformed", "invalid_json", "trickle")
 REPLY_MODES = ("echo", "choice", "scripted")
 CHOICES = "ABCDE"
 
@@ -50,8 +51,19 @@ class MockConfig:
     seed: int = 0  # seeds the fault RNG, so a faulty run is repeatable
     retry_after_s: float = 1.0  # the Retry-After a 429 carries
     hang_s: float = 30.0  # how long a "timeout" fault stalls before answering
+    trickle_s: float = 1.0  # seconds between the bytes of a "trickle" fault's body
     models: list[str] = field(default_factory=lambda: ["mock-model"])  # what GET /v1/models lists
     max_recorded: int = 500  # request bodies kept for inspection
+    served_model: str | None = None  # the model id replies report (e.g. a dated snapshot); None: the requested one
+    cut_at_max_tokens: bool = False  # cut replies to max_tokens words (the mock's tokens), finish_reason "length"
+    # Emulate servers that refuse some request shapes, naming the field as llama-cpp-python's server does
+    # (HTTP 500, a pydantic error for ('body', 'response_format', 'type')): response_format types refused,
+    # and top-level parameters refused (HTTP 400 "Unsupported parameter", with `param` set).
+    reject_formats: list[str] = field(default_factory=list)
+    reject_params: list[str] = field(default_factory=list)
+    # Opt-in leaky server: answer every chat request with this HTTP status and an error body that echoes
+    # the request's Authorization header, as is and URL-encoded (for testing that keys are redacted).
+    echo_auth_status: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.reply, str) and self.reply not in REPLY_MODES:
@@ -236,6 +248,24 @@ def _error_body(message: str, kind: str, code: str | None = None, param: str | N
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
+def _refusal(body: dict, config: MockConfig) -> Any:
+    """The error response for a request shape the config refuses, or None."""
+    from starlette.responses import JSONResponse  # lazily, as in the app itself
+
+    fmt = body.get("response_format")
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind in config.reject_formats:
+        allowed = " or ".join(f"'{t}'" for t in ("text", "json_schema", "json_object") if t not in config.reject_formats)
+        message = (f"1 validation error:\n  {{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+                   f"'msg': \"Input should be {allowed}\", 'input': '{kind}'}}")
+        return JSONResponse(_error_body(message, "internal_server_error"), status_code=500)
+    for param in config.reject_params:
+        if param in body:
+            return JSONResponse(_error_body(f"Unsupported parameter: '{param}' is not supported with this model.", "invalid_request_error",
+                                            "unsupported_parameter", param), status_code=400)
+    return None
+
+
 # ---------------------------------------------------------------------------------------------- server state
 
 
@@ -314,7 +344,7 @@ class _State:
 def build_app(state: _State):
     from starlette.applications import Starlette
     from starlette.requests import Request
-    from starlette.responses import JSONResponse, Response
+    from starlette.responses import JSONResponse, Response, StreamingResponse
     from starlette.routing import Route
 
     def reply_text(body: dict, config: MockConfig) -> str | None:
@@ -340,13 +370,17 @@ def build_app(state: _State):
 
     def completion(body: dict, text: str) -> dict:
         prompt_words = sum(len(content_text(m.get("content")).split()) for m in body["messages"] if isinstance(m, dict))
+        finish = "stop"
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
+        if state.config.cut_at_max_tokens and isinstance(limit, int) and len(text.split()) > limit:
+            text, finish = " ".join(text.split()[:limit]), "length"
         reply_words = max(1, len(text.split()))
         return {
             "id": "chatcmpl-mock-" + hashlib.sha256(text.encode()).hexdigest()[:12],
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "model": state.config.served_model or body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
             "usage": {"prompt_tokens": max(1, prompt_words), "completion_tokens": reply_words, "total_tokens": max(1, prompt_words) + reply_words},
         }
 
@@ -361,6 +395,15 @@ def build_app(state: _State):
             if await request.is_disconnected():
                 return True
         return state.closing
+
+    async def trickle(data: bytes, every_s: float):
+        """The body one byte at a time; ends early when the server is closing (the client going away
+        ends it too: the response is cancelled)."""
+        for i in range(len(data)):
+            if state.closing:
+                return
+            yield data[i:i + 1]
+            await asyncio.sleep(every_s)
 
     async def chat(request: Request) -> Response:
         raw = await request.body()
@@ -385,8 +428,21 @@ def build_app(state: _State):
             else:
                 fault = state.draw_fault()
 
+        if config.echo_auth_status:
+            from urllib.parse import quote
+
+            said = request.headers.get("authorization", "")
+            with state.lock:
+                state.errors[str(config.echo_auth_status)] += 1
+            return JSONResponse(_error_body(f"Bad credentials in header Authorization: {said} (as a query: api_key={quote(said.removeprefix('Bearer '), safe='')})",
+                                            "invalid_request_error"), status_code=config.echo_auth_status)
         if fault == "404":
             return JSONResponse(_error_body("The model `missing` does not exist.", "invalid_request_error", "model_not_found", "model"), status_code=404)
+        refused = _refusal(body, config)
+        if refused is not None:
+            with state.lock:
+                state.errors[str(refused.status_code)] += 1
+            return refused
         if config.latency_s > 0:
             await asyncio.sleep(config.latency_s)
         structured, _ = requested_schema(body)
@@ -410,6 +466,8 @@ def build_app(state: _State):
             return Response(status_code=204)  # nobody is listening; don't consume a scripted reply
 
         text = reply_text(body, config)
+        if fault == "trickle" and text is not None:
+            return StreamingResponse(trickle(json.dumps(completion(body, text)).encode(), config.trickle_s), media_type="application/json")
         if text is None:
             with state.lock:
                 state.errors["400"] += 1
