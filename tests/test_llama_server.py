@@ -203,12 +203,13 @@ def test_live_board(server, env):
 
 def test_judged_board(server, env, tmp_path):
     response = tmp_path / "meeting.txt"
-    response.write_text("<turn 1> Urologist: Grade Group 2 at the right base, PSA 9.4; surveillance or surgery are both reasonable.\n"
-                        "Conclusion: Offer active surveillance with PSA every six months and MRI at one year.\n")
+    response.write_text("<discussion>\n<turn 1> Urologist: Grade Group 2 at the right base, PSA 9.4; surveillance or surgery are both reasonable.\n"
+                        "</discussion>\n<conclusion>Offer active surveillance with PSA every six months and MRI at one year. "
+                        "Revisit treatment if the PSA or MRI progresses.</conclusion>\n")
     proc = medpanel(["judge", "board", "--case", "examples/prostate", "--response", f"@{response}", "--judge", server.spec,
                      "--max-tokens", "200", "--json"], env)
-    ok(proc, server)
-    rubrics = [v for v in json.loads(proc.stdout).values() if isinstance(v, dict) and "status" in v]
+    ok(proc, server, model_may_fail=True)  # a 135M judge may break one rubric's schema: recorded, exit 1
+    rubrics = list(json.loads(proc.stdout)["results"].values())
     assert rubrics and any(r["status"] == "ok" for r in rubrics), proc.stdout[-3000:]
     for r in rubrics:  # a judge that failed says why, and it is the model's reply, not the transport
         assert r["status"] != "failed" or "gave no valid" in (r["error"] or ""), r

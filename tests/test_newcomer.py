@@ -150,3 +150,17 @@ def test_json_mode_still_shows_progress_on_stderr(cli_env, tmp_path):
     assert bench.returncode == 0, bench.stderr
     json.loads(bench.stdout)
     assert "items 5/5 · done 5" in bench.stderr
+
+
+def test_replay_prints_disagreements_as_lines_not_raw_dicts(cli_env, shared_data, tmp_path):
+    import shutil
+    import subprocess
+
+    from conftest import MEDPANEL, ROOT
+
+    for name in ("case_363.txt", "case_116.txt", "case_0.txt"):  # a mislabelled round, a claimed initial consensus
+        shutil.copy(shared_data / "mcc_logs" / "MedQA" / name, tmp_path / name)
+    proc = subprocess.run([MEDPANEL, "replay", "mcc", str(tmp_path)], env=cli_env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "round summary disagreements case_363" in " ".join(proc.stdout.split())
+    assert "{'" not in proc.stdout

@@ -95,7 +95,7 @@ def test_sharegpt_manifest_has_inputs_and_no_reference(tmp_path):
 def test_image_manifest_attaches_images_only_when_all_exist(tmp_path):
     (tmp_path / "slides").mkdir()
     for name in ("a.png", "b.png"):
-        (tmp_path / "slides" / name).write_bytes(b"\x89PNG")
+        (tmp_path / "slides" / name).write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(16))
     inputs = tmp_path / "data" / "test_inputs"
     inputs.mkdir(parents=True)
     path = write_gz(inputs / "board_simulation.image.jsonl.gz", [manifest_row(BOARD_RECORD, images=["slides/a.png", "slides/b.png"])])
@@ -202,3 +202,21 @@ def test_board_predictions_use_the_benchmarks_own_reader(tmp_path):
     row = read_jsonl(tmp_path / "responses.jsonl")[0]
     assert row["parse_status"] == parse_board_response(capitals, reader="released").status
     assert parse_board_response(capitals, reader="released").status != parse_board_response(capitals).status
+
+
+@pytest.mark.parametrize("images, problem", [
+    (["OUTSIDE", "OUTSIDE"], "outside"),
+    (["notes.txt", "notes.txt"], "not an image"),
+    ([5, 6], "not text"),
+])
+def test_manifest_images_must_be_images_inside_the_release(tmp_path, images, problem):
+    # A manifest's image list is read and sent to a vision model: the same rules as a case file's slides.
+    (tmp_path / "notes.txt").write_text("not a picture")
+    outside = tmp_path.parent / f"outside-{tmp_path.name}.png"  # a real image, but beyond the release's folders
+    outside.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(16))
+    images = [str(outside) if i == "OUTSIDE" else i for i in images]
+    inputs = tmp_path / "data" / "test_inputs"
+    inputs.mkdir(parents=True)
+    path = write_gz(inputs / "board_simulation.image.jsonl.gz", [manifest_row(BOARD_RECORD, images=images)])
+    with pytest.raises(UsageError, match=problem):
+        list(load_otb_records(path))

@@ -100,13 +100,13 @@ def image_format(head: bytes) -> str | None:
     return None
 
 
-def resolve_slide_image(image: object, case_dir: Path, where: str) -> str:
-    """The absolute path of a slide image, checked: a string path inside an allowed folder, naming a
-    real image file (by its content) of bounded size."""
+def resolve_slide_image(image: object, case_dir: Path, where: str, allowed: list[Path] | None = None) -> str:
+    """The absolute path of a slide image, checked: a string path inside an allowed folder (the case's
+    own, or `allowed`, plus $MEDPANEL_SLIDE_DIRS), naming a real image file (by its content) of bounded size."""
     if not isinstance(image, str) or not image.strip():
         raise UsageError(f"{where}: a slide's image must be a file path (text), not {type(image).__name__} {image!r}.",
                          "Give the image as a path relative to the case file, or leave it out and keep the caption.")
-    roots = slide_roots(case_dir)
+    roots = [r.resolve() for r in allowed] + slide_roots(case_dir)[1:] if allowed else slide_roots(case_dir)
     path = (case_dir / image).resolve()
     if not any(path == root or root in path.parents for root in roots):
         raise UsageError(f"{where}: slide image {image!r} is outside the case's folder ({roots[0]}).",

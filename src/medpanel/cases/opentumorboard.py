@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from medpanel.cases.files import resolve_slide_image
 from medpanel.cases.model import Case, Reference, Slide
 from medpanel.errors import UsageError
 from medpanel.reply_text import strip_reply
@@ -125,15 +126,18 @@ def _attach_images(slides: list[Slide], images: list[str], manifest: Path) -> No
     if not images or len(images) != len(slides):
         return
     roots = [Path.cwd(), *list(manifest.resolve().parents)[:3]]
-    found: list[Path] = []
+    found: list[str] = []
     for image in images:
+        if not isinstance(image, str):
+            raise UsageError(f"{manifest}: image path {image!r} is not text.", "List image paths as strings in the manifest's images.")
         candidates = [Path(image)] if Path(image).is_absolute() else [root / image for root in roots]
         hit = next((c for c in candidates if c.is_file()), None)
         if hit is None:
             return  # all or nothing: a half-illustrated case would mislead a vision model
-        found.append(hit)
+        # The same checks as a case file's slides: inside the folders the manifest may use, and an image.
+        found.append(resolve_slide_image(str(hit.resolve()), hit.resolve().parent, f"{manifest}", allowed=roots))
     for slide, image in zip(slides, found):
-        slide.image = str(image)
+        slide.image = image
 
 
 def _case(record: dict, task: OtbTask, path: Path, where: str, manifest_row: dict | None) -> Case:

@@ -107,7 +107,16 @@ def print_json(data: Any) -> None:
 
 
 def split_models(models: list[str] | None) -> list[str]:
-    return [m.strip() for spec in models or [] for m in spec.split(",") if m.strip()]
+    """Model specs from --models (comma-separated or repeated). Given but empty, or with an empty entry
+    (`a,,b`), is refused: silently seating fewer models, or the default one, changes the experiment."""
+    if models is None:
+        return []
+    specs = [m.strip() for spec in models for m in spec.split(",")]
+    if not specs or any(not m for m in specs):
+        where = "is empty" if not any(specs) else f"has an empty entry (position {specs.index('') + 1} of {len(specs)})"
+        raise UsageError(f"--models {where}: {','.join(models)!r}.",
+                         "Give one spec per seat, comma-separated, e.g. --models local,local or --models openai:gpt-4o-mini.")
+    return specs
 
 
 def parse_sets(pairs: list[str] | None) -> dict[str, Any]:

@@ -145,7 +145,7 @@ def bench(
     models: Annotated[Optional[list[str]], typer.Option("--models", "-m", envvar="MEDPANEL_MODELS", help="Model specs, comma-separated or repeated.")] = None,
     runs: Annotated[int, typer.Option("--runs", envvar="MEDPANEL_RUNS", min=1, help="Repeats of every item.")] = 1,
     limit: Annotated[Optional[int], typer.Option("--limit", envvar="MEDPANEL_LIMIT", min=1, help="Only the first K items.")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", envvar="MEDPANEL_CONCURRENCY", min=1, max=1024, help="Items in flight at once.")] = 8,
+    concurrency: Annotated[int, typer.Option("--concurrency", "-c", envvar="MEDPANEL_CONCURRENCY", min=1, max=1024, help="Items in flight at once (with --resume: for the rest of the run).")] = 8,
     resume: Annotated[Optional[str], typer.Option("--resume", envvar="MEDPANEL_RESUME", help="Finish a run: only its missing or failed items are run.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", envvar="MEDPANEL_SET", help="Protocol setting KEY=VALUE (repeatable).")] = None,
     run_id: Annotated[Optional[str], typer.Option("--run-id", envvar="MEDPANEL_RUN_ID", help="Id for a new run (default: time-based).")] = None,
@@ -167,10 +167,19 @@ def bench(
     from medpanel.runs.runner import RunConfig, config_for_resume, run_benchmark
     from medpanel.runs.summary import summarize
 
+    if resume:
+        # A resume finishes the run as it was defined; options that would redefine it are refused, not ignored.
+        given = {"DATASET": dataset, "--models": models, "--set": set_, "--run-id": run_id, "--limit": limit,
+                 "--runs": runs if runs != 1 else None, "--protocol": protocol if protocol != "single" else None}
+        ignored = [name for name, value in given.items() if value]
+        if ignored:
+            raise UsageError(f"--resume finishes a run as it was started; {', '.join(ignored)} cannot change it.",
+                             f"Drop {', '.join(ignored)}, or start a new run without --resume.")
     db = open_store(store)
     if resume:
         run_id = db.resolve_run_id(resume)
-        config = config_for_resume(db, run_id)
+        # Concurrency changes how fast, never what: the resumed part runs at the one given now.
+        config = config_for_resume(db, run_id).model_copy(update={"concurrency": concurrency})
     else:
         if not dataset:
             raise UsageError("No dataset given.", "Name one: medpanel bench medqa --models local --limit 10.")

@@ -50,6 +50,13 @@ def _pct(k: int, n: int) -> str:
     return f"{k}/{n} ({100 * k / n:.1f}%)" if n else f"{k}/0"
 
 
+def _fields(d: dict) -> str:
+    """One disagreement as `case_363 · round 3 · problem: ...` (the case first), never a raw dict."""
+    head = [str(d[k]) for k in ("case", "path") if k in d]
+    rest = [f"{k}: {v}" for k, v in d.items() if k not in ("case", "path")]
+    return " · ".join(head + rest)
+
+
 def print_report(report: dict, seats: tuple[str, ...]) -> None:
     mc = report["multiple_choice"]
     if mc:
@@ -82,7 +89,7 @@ def print_report(report: dict, seats: tuple[str, ...]) -> None:
         for name in ("final_disagreements", "result_disagreements", "verdict_disagreements", "round_summary_disagreements",
                      "initial_status_disagreements"):
             for d in ag[name][:20]:
-                out.print(styled("  ", (name.replace("_", " "), "yellow"), f" {d}"))
+                out.print(styled("  ", (name.replace("_", " "), "yellow"), " " + _fields(d)))
         for w in mc["warnings"][:20]:
             err.print(f"note {w['case']}: {w['warning']}", style="dim")
         if len(mc["warnings"]) > 20:

@@ -130,3 +130,6 @@ class ProtocolSpec:
     min_models: int = 1
     # The items a case yields for this protocol (e.g. one per specialist question); default: the case itself.
     expand: Callable[[Case], list[Case]] | None = None
+    # Case fields every item must have (checked by the runner before any call, so a dataset that cannot
+    # run this protocol is refused up front instead of failing item by item).
+    needs: tuple[str, ...] = ()

@@ -112,7 +112,7 @@ def score_self_consistency(case: Case, outcome: Outcome) -> dict[str, float | No
     }
 
 
-VOTE = ProtocolSpec(name="vote", run=run_vote, settings=VoteSettings, score=score_vote, min_models=1,
+VOTE = ProtocolSpec(name="vote", run=run_vote, settings=VoteSettings, score=score_vote, min_models=1, needs=("question", "options"),
                     description="majority vote over the panel's independent first answers")
 SELF_CONSISTENCY = ProtocolSpec(name="self-consistency", run=run_self_consistency, settings=SelfConsistencySettings,
-                                score=score_self_consistency, description="k sampled answers of one model, majority vote")
+                                score=score_self_consistency, needs=("question", "options"), description="k sampled answers of one model, majority vote")

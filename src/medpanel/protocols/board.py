@@ -147,4 +147,4 @@ def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
     return scores
 
 
-SPEC = ProtocolSpec(name="board", run=run, settings=BoardSettings, score=score, description="one model writes a tumor-board meeting and its conclusion")
+SPEC = ProtocolSpec(name="board", run=run, settings=BoardSettings, score=score, needs=("summary",), description="one model writes a tumor-board meeting and its conclusion")

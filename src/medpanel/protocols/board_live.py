@@ -220,5 +220,5 @@ def render_meeting(spoken: list[tuple[str, str]], conclusion: str) -> str:
     return "<discussion>\n" + "\n".join(lines) + "\n</discussion>\n<conclusion>" + conclusion + "</conclusion>"
 
 
-SPEC = ProtocolSpec(name="board-live", run=run, settings=LiveBoardSettings, score=board_score,
+SPEC = ProtocolSpec(name="board-live", run=run, settings=LiveBoardSettings, score=board_score, needs=("summary",),
                     description="a moderator and specialist agents hold the tumor board turn by turn")

@@ -422,9 +422,9 @@ def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
     return scores | {name: metrics.get(name) for name in names}
 
 
-SPEC = ProtocolSpec(name="consult", run=run, settings=ConsultSettings, score=score,
+SPEC = ProtocolSpec(name="consult", run=run, settings=ConsultSettings, score=score, needs=("chief_complaint", "note"),
                     description="a physician with the chief complaint consults an assistant holding the note, then writes the discharge (MedSyn)")
 BASELINE_CHIEF_COMPLAINT = ProtocolSpec(name="baseline", run=_baseline("complaint"), settings=BaselineSettings, score=score,
-                                        description="the physician alone writes the discharge from the chief complaint")
+                                        needs=("chief_complaint",), description="the physician alone writes the discharge from the chief complaint")
 BASELINE_FULL_NOTE = ProtocolSpec(name="baseline-note", run=_baseline("note"), settings=BaselineSettings, score=score,
-                                  description="the physician alone writes the discharge from the full note")
+                                  needs=("note",), description="the physician alone writes the discharge from the full note")

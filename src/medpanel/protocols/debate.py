@@ -356,5 +356,5 @@ def flow_counts(items: list[tuple[dict, str | None]]) -> dict[str, Any]:
     return {"stages": {k: dict(v) for k, v in sorted(stages.items())}, "shifts": dict(shifts), "items": len(items)}
 
 
-SPEC = ProtocolSpec(name="debate", run=run, settings=DebateSettings, score=score, min_models=2,
+SPEC = ProtocolSpec(name="debate", run=run, settings=DebateSettings, score=score, min_models=2, needs=("question", "options"),
                     description="MCC debate: independent answers, debate rounds where they differ, a vote where debate fails")

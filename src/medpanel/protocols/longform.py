@@ -390,5 +390,5 @@ def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
     }
 
 
-SPEC = ProtocolSpec(name="longform", run=run, settings=LongformSettings, score=score, min_models=1,
+SPEC = ProtocolSpec(name="longform", run=run, settings=LongformSettings, score=score, min_models=1, needs=("question",),
                     description="MCC long-form debate: open answers, scored cross-review until agreement, attributed consolidation")

@@ -52,4 +52,4 @@ def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
     return {"accuracy": exact_match(outcome.answer, case.reference.answer), "parsed": 1.0 if outcome.answer else 0.0}
 
 
-SPEC = ProtocolSpec(name="single", run=run, settings=SingleSettings, score=score, description="one model answers a multiple-choice question")
+SPEC = ProtocolSpec(name="single", run=run, settings=SingleSettings, score=score, needs=("question", "options"), description="one model answers a multiple-choice question")

@@ -272,5 +272,5 @@ def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
     return scores
 
 
-SPEC = ProtocolSpec(name="specialist", run=run, settings=SpecialistSettings, score=score, expand=specialist_items,
+SPEC = ProtocolSpec(name="specialist", run=run, settings=SpecialistSettings, score=score, expand=specialist_items, needs=("summary", "question", "target_role"),
                     description="one model, as the named specialist, answers the board's question in at most three sentences")

@@ -117,6 +117,17 @@ def protocol_settings(spec: ProtocolSpec, values: dict[str, Any]) -> BaseModel:
     return build_settings(spec.settings, values, spec.name)
 
 
+def check_needs(spec: ProtocolSpec, cases: list[Case]) -> None:
+    """Refuse, before any call, a dataset whose items lack the fields the protocol reads."""
+    lacking = [(case.id, [f for f in spec.needs if not getattr(case, f)]) for case in cases]
+    lacking = [(case_id, missing) for case_id, missing in lacking if missing]
+    if lacking:
+        shown = "; ".join(f"{case_id}: no {', '.join(missing)}" for case_id, missing in lacking[:5])
+        more = f" (and {len(lacking) - 5} more)" if len(lacking) > 5 else ""
+        raise UsageError(f"{len(lacking)} of {len(cases)} items cannot run the {spec.name} protocol: {shown}{more}.",
+                         f"The {spec.name} protocol needs {', '.join(spec.needs)} on every case; pick a dataset or protocol that fit.")
+
+
 def expand_items(spec: ProtocolSpec, cases: list[Case]) -> list[Case]:
     """The run's items: each case, or what the protocol expands it into (one per specialist question)."""
     return cases if spec.expand is None else [item for case in cases for item in spec.expand(case)]
@@ -191,6 +202,7 @@ async def run_benchmark(
     spec = protocol or get_protocol(config.protocol)
     settings = settings if settings is not None else protocol_settings(spec, config.settings)
     cases = expand_items(spec, cases if cases is not None else load_dataset(config.dataset, config.limit))
+    check_needs(spec, cases)
     panel = panel or build_panel(config.models, runtime)
     # A dollar cap needs the price of every model the run may call (roles included), before any call.
     roles = [getattr(settings, role, None) for role in ("patient", "moderator", "judge")] + list(config.roles.values())
