@@ -184,3 +184,63 @@ def test_arbitrary_medqa_rows(tmp_path, row):
         list(load_medqa_file(path))
     except UsageError:
         pass
+
+
+# ---------------------------------------------------------------- the other loaders a user points at a file
+
+_otb_fields = st.sampled_from(["simulation_id", "qa_id", "case_summary", "slides", "question", "reference_answer",
+                               "reference_conclusion", "target_specialist_role", "qa_type", "metadata", "images", "format"])
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(record=st.dictionaries(_otb_fields, _json_values, max_size=7))
+def test_arbitrary_opentumorboard_records(tmp_path, record):
+    import gzip
+
+    from medpanel.cases.opentumorboard import load_otb_records
+
+    path = tmp_path / "task1_test.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write(json.dumps(record) + "\n")
+    try:
+        list(load_otb_records(path))
+    except UsageError:
+        pass
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(raw=st.one_of(st.binary(max_size=200), st.dictionaries(st.sampled_from(["id", "pred", "gold"]), _json_values, max_size=3)
+                     .map(lambda d: (json.dumps(d) + "\n").encode())))
+def test_arbitrary_icd10_pairs_files(tmp_path, raw):
+    from medpanel.scoring.icd10_pairs import read_pairs
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_bytes(raw)
+    try:
+        read_pairs(path)
+    except UsageError:
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(max_size=60))
+def test_arbitrary_osce_scenario_names(text):
+    from medpanel.cases.osce import resolve_scenario
+
+    try:
+        resolve_scenario(text)
+    except UsageError:
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(text=st.text(max_size=2000))
+def test_arbitrary_discharge_notes(text):
+    from medpanel.cases.mimic import exclusion_reason, note_case, parse_sections
+
+    parse_sections(text)
+    exclusion_reason(text)
+    try:
+        note_case(text)
+    except UsageError:
+        pass
