@@ -231,7 +231,7 @@ class Store:
             raise store_error(exc, self.path) from None
         try:
             self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA journal_mode=WAL")
+            self._set_wal()
             self._db.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes, fast commits
             self._migrate()
         except (OSError, sqlite3.Error) as exc:
@@ -239,6 +239,18 @@ class Store:
             raise store_error(exc, self.path) from None
 
     # ------------------------------------------------------------------ plumbing
+
+    def _set_wal(self, attempts: int = 100) -> None:
+        # Switching a new file to WAL takes an exclusive lock and SQLite may answer "locked" at once, without
+        # waiting on the busy timeout, while another process opens the same new store: retry, bounded (~10 s).
+        for attempt in range(attempts):
+            try:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or attempt == attempts - 1:
+                    raise
+                time.sleep(0.1)
 
     def _migrate(self) -> None:
         # All pending migrations in one IMMEDIATE transaction, the list of applied ones read inside it: two
