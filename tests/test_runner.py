@@ -104,12 +104,18 @@ async def test_concurrency_is_bounded(store):
     assert peak == 3
 
 
-async def test_case_missing_fields_is_recorded_as_failed_with_fix(store):
+async def test_a_case_missing_fields_is_refused_before_any_call_with_fix(store):
+    # (Issue 9: a dataset lacking what its protocol reads used to run, each item failing; now it is refused.)
+    import pytest
+
+    from medpanel.errors import UsageError
+
     runtime = Runtime(cache=store)
-    panel = Panel.of([ScriptedModel(responder=lambda r: "Answer: A", runtime=runtime)])
-    result = await run_benchmark(store, config(), runtime, panel=panel, cases=[Case(id="empty")])
-    item = store.items(result.run_id)[0]
-    assert item["status"] == "failed" and "has no question, options" in item["error"]
+    model = ScriptedModel(responder=lambda r: "Answer: A", runtime=runtime)
+    with pytest.raises(UsageError, match="empty: no question, options") as err:
+        await run_benchmark(store, config(), runtime, panel=Panel.of([model]), cases=[Case(id="empty"), *mcq(2)])
+    assert "1 of 3 items" in err.value.problem and "needs question, options" in err.value.fix
+    assert model.history == [] and store.list_runs() == []
 
 
 async def test_breakdown_groups_scores_by_outcome_data(store):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-# C0 controls other than tab and newline, DEL, and the C1 range.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# C0 controls other than tab and newline, DEL, the C1 range, and lone surrogates (a terminal cannot encode them).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
 
 
 def _show(match: re.Match[str]) -> str:
@@ -20,6 +20,8 @@ def _show(match: re.Match[str]) -> str:
         return chr(0x2400 + code)  # ␀ ␁ ... ␛ ... ␟ (Unicode control pictures)
     if code == 0x7F:
         return "\u2421"  # ␡
+    if code > 0xFF:
+        return f"\\u{code:04x}"  # a lone surrogate: shown as its escape
     return f"\\x{code:02x}"  # C1: no control picture exists; show the escape as text
 
 

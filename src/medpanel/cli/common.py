@@ -13,7 +13,7 @@ from rich.text import Text
 
 from medpanel.errors import UsageError
 from medpanel.literal import visible
-from medpanel.redact import redact
+from medpanel.redact import redact, redact_data
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Seat a panel of AI and human clinicians around a patient case, and measure how well they deliberate.")
@@ -96,13 +96,15 @@ def make_runtime(store, *, no_cache=False, prices=None, max_calls=None, max_toke
                    prices=table, timeout_s=timeout, max_reasks=max_reasks)
 
 
-_JSON_RAW_CONTROLS = re.compile(r"[\x7f-\x9f]")  # json.dumps escapes C0 controls itself, not DEL and C1
+# json.dumps escapes C0 controls itself, not DEL, C1 or lone surrogates (which stdout cannot even encode).
+_JSON_RAW_CONTROLS = re.compile(r"[\x7f-\x9f\ud800-\udfff]")
 
 
 def print_json(data: Any) -> None:
     """`data` as indented JSON on stdout; a string's DEL and C1 characters are written as \\u escapes, so
     no control character from model text reaches the terminal and the output still parses the same."""
-    text = _JSON_RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", redact(json.dumps(data, default=str, indent=2, ensure_ascii=False)))
+    # Redact the data, not its serialisation: a key starting with n or t could otherwise eat a JSON escape.
+    text = _JSON_RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(redact_data(data), default=str, indent=2, ensure_ascii=False))
     out.print(Text(text), soft_wrap=True)
 
 

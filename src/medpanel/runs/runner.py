@@ -26,6 +26,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field
 
 from medpanel.cases import Case, load_dataset
+from medpanel.redact import redact
 from medpanel.errors import BudgetExceeded, MedpanelError, UsageError
 from medpanel.models import Runtime, build_model
 from medpanel.models.runtime import call_scope
@@ -266,7 +267,7 @@ async def run_benchmark(
             # A failed item is recorded as failed, never scored as wrong and never dropped.
             record_failure(exc, str(exc), getattr(exc, "kind", type(exc).__name__))
         except Exception as exc:  # a bug in a protocol or scorer: record it with where it happened, carry on
-            record_failure(exc, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}", "bug")
+            record_failure(exc, redact(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}"), "bug")
         finally:
             item_transcripts.reset(collecting)
             call_scope.reset(token)

@@ -301,11 +301,12 @@ class Store:
         return [r[0] for r in self._db.execute("SELECT name FROM _migrations ORDER BY name")]
 
     def _write(self, statements: Iterable[tuple[str, tuple]]) -> None:
-        from medpanel.redact import redact
-
+        # No redaction here: ids, tokens, URLs and serialised JSON must be stored exactly. Keys a server
+        # echoes reach the store only in error text, which is redacted where errors are made
+        # (MedpanelError, and the runner's record of an unexpected exception).
         def body() -> None:
-            for sql, args in statements:  # no API key is ever written, whatever a server echoed into an error
-                self._db.execute(sql, tuple(redact(a) if isinstance(a, str) else a for a in args))
+            for sql, args in statements:
+                self._db.execute(sql, args)
 
         self._transaction(body)
 
