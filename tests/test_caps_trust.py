@@ -216,3 +216,21 @@ def test_worst_case_of_one_call_is_stated_in_help_docs_and_progress(tmp_path):
     bar, hook = _progress_printer(False)
     hook(Progress(total=3), runtime)
     assert runtime.worst_call_text() in bar.tasks[0].fields["info"] and "38s" in runtime.worst_call_text()
+
+
+async def test_an_interrupt_inside_a_call_gives_its_reservation_back():
+    # Ctrl-C (KeyboardInterrupt) raised while a call is out must not leave the budget holding it: a reused
+    # budget (a notebook, a library caller) would otherwise make every later call wait for room forever.
+    import pytest
+
+    from medpanel.models import Runtime
+    from medpanel.models.budget import Budget
+    from medpanel.models.scripted import ScriptedModel
+
+    def interrupted(request):
+        raise KeyboardInterrupt
+
+    runtime = Runtime(budget=Budget(max_calls=5))
+    with pytest.raises(KeyboardInterrupt):
+        await ScriptedModel(responder=interrupted, runtime=runtime).complete("hi")
+    assert runtime.budget.in_flight == 0

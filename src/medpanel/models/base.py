@@ -276,8 +276,9 @@ class Model(ABC):
         started = time.perf_counter()
         try:
             gen, attempts = await with_retries(lambda: self.generate(request), rt.retry)
-        except asyncio.CancelledError:
-            # Sent, then abandoned (Ctrl-C, a cancelled task): the ledger still shows the call was made.
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
+            # Sent, then abandoned (Ctrl-C, a cancelled task): the ledger still shows the call was made, and the
+            # reservation is given back (a leaked one would make later callers of a reused budget wait forever).
             rt.budget.release(reservation)
             if key is not None:
                 rt.cache.log_call(key, self.id, False, call_scope.get(), error="cancelled in flight; what the server billed is unknown")
