@@ -144,21 +144,26 @@ def test_show_report_and_judge_run_print_the_same_interval(store, tmp_path):
 
 
 def test_an_all_failed_run_says_so_and_exits_4_with_the_commonest_error(store, tmp_path):
-    cases = tmp_path / "cases.jsonl"
-    cases.write_text("".join(json.dumps({"id": f"case{k}", "summary": "no question here"}) + "\n" for k in range(3)))
-    result = cli("bench", str(cases), "--models", "scripted:Answer: A", "--run-id", "nothing", store=store, code=ITEMS_FAILED_EXIT)
-    from medpanel.runs.runner import ITEMS_FAILED_EXIT as declared
+    # Every call is refused by the server (a parameter it does not take): every item fails, none is scored.
+    from medpanel.testing import MockServer
 
-    assert declared == ITEMS_FAILED_EXIT
-    assert "3 of 3 items failed; commonest error: UsageError (3x): Case 'case0' cannot run the single protocol" in result.stderr
-    assert "medpanel bench --resume nothing" in result.stderr
-    assert store.get_run("nothing")["status"] == "done_with_failures"
-    assert "done_with_failures" in result.stdout and "commonest error" in result.stdout
-    shown = json.loads(cli("show", "nothing", "--json", store=store).stdout)
-    assert shown["status"] == "done_with_failures" and shown["failures"]["failed"] == 3
-    assert shown["failures"]["commonest_kind"] == "UsageError"
-    # JSON output exits 4 too: a script reading it still learns that items failed
-    cli("bench", str(cases), "--models", "scripted:Answer: A", "--json", store=store, code=ITEMS_FAILED_EXIT)
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("".join(json.dumps({"id": f"case{k}", "question": f"Q{k}?", "options": {"A": "a", "B": "b"}}) + "\n" for k in range(3)))
+    with MockServer(reject_params=["temperature"]) as srv:
+        model = f"openai:m@{srv.base_url}"
+        result = cli("bench", str(cases), "--models", model, "--run-id", "nothing", store=store, code=ITEMS_FAILED_EXIT)
+        from medpanel.runs.runner import ITEMS_FAILED_EXIT as declared
+
+        assert declared == ITEMS_FAILED_EXIT
+        assert "3 of 3 items failed; commonest error: unsupported_parameter (3x)" in result.stderr and "temperature" in result.stderr
+        assert "medpanel bench --resume nothing" in result.stderr
+        assert store.get_run("nothing")["status"] == "done_with_failures"
+        assert "done_with_failures" in result.stdout and "commonest error" in result.stdout
+        shown = json.loads(cli("show", "nothing", "--json", store=store).stdout)
+        assert shown["status"] == "done_with_failures" and shown["failures"]["failed"] == 3
+        assert shown["failures"]["commonest_kind"] == "unsupported_parameter"
+        # JSON output exits 4 too: a script reading it still learns that items failed
+        cli("bench", str(cases), "--models", model, "--json", store=store, code=ITEMS_FAILED_EXIT)
 
 
 async def test_a_run_with_some_failures_ends_done_with_failures_and_a_clean_resume_ends_done(store):

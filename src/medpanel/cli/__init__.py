@@ -18,7 +18,13 @@ from medpanel.errors import MedpanelError
 def _stop_like_ctrl_c(signum, frame) -> None:
     # SIGTERM (kill, systemd, a job scheduler) and SIGHUP (a closed terminal) end a run as Ctrl-C does:
     # finished items stay saved, the run is marked interrupted, and the resume command is printed.
-    raise KeyboardInterrupt(signal.Signals(signum).name)
+    # Hand the signal to whatever handles Ctrl-C now: inside asyncio.run that is the runner's own handler,
+    # which cancels the main task cleanly (raising here instead could land inside the loop's internals).
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:  # SIGINT ignored (a background job): still stop
+        raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def main() -> None:
