@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import importlib
 import json
 import os
@@ -95,13 +96,25 @@ def _jsonl(path: Path) -> Iterator[dict]:
 
 
 def jsonl_records(path: Path) -> Iterator[tuple[int, dict]]:
-    """(line number, record) of a JSONL file: each line one JSON object (UTF-8, bounded in size); a bad line is named."""
+    """(line number, record) of a JSONL file, plain or gzipped (told by its magic bytes): each line one JSON
+    object (UTF-8, bounded in size); a bad line, or a broken gzip stream, is named."""
     try:
-        fh = path.open("rb")
+        with path.open("rb") as probe:
+            packed = probe.read(2) == b"\x1f\x8b"
+        fh = gzip.open(path, "rb") if packed else path.open("rb")
     except OSError as exc:
         raise UsageError(f"Cannot read {path}: {exc.strerror or exc}.", "Check the path and that the file is readable.") from None
     with fh:
-        for line_no, raw in enumerate(iter(lambda: fh.readline(MAX_RECORD_BYTES + 1), b""), 1):
+        lines = iter(lambda: fh.readline(MAX_RECORD_BYTES + 1), b"")
+        line_no = 0
+        while True:
+            try:
+                raw = next(lines)
+            except StopIteration:
+                return
+            except (OSError, EOFError) as exc:  # only a gzip stream breaks mid-read
+                raise UsageError(f"{path} is not a readable gzipped JSONL file: {exc}.", "Check the file is a complete download.") from None
+            line_no += 1
             if len(raw) > MAX_RECORD_BYTES:
                 raise UsageError(f"{path}:{line_no} is a record over {MAX_RECORD_BYTES // 2**20} MB.", "Split or trim that record.")
             line = decode_text(raw, f"{path}:{line_no}")

@@ -41,6 +41,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from medpanel.cases.files import resolve_slide_image
+from medpanel.cases.loaders import jsonl_records
 from medpanel.cases.model import Case, Reference, Slide
 from medpanel.errors import UsageError
 from medpanel.reply_text import strip_reply
@@ -70,33 +71,6 @@ def parse_slides(value: str | None) -> list[Slide]:
     if lead:  # text before the first marker: keep it rather than lose it
         slides.insert(0, Slide(caption=" ".join(lead.split())))
     return slides
-
-
-def _open_text(path: Path):
-    with path.open("rb") as probe:
-        packed = probe.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rt", encoding="utf-8") if packed else path.open(encoding="utf-8")
-
-
-def _rows(path: Path) -> Iterator[tuple[int, dict]]:
-    try:
-        handle = _open_text(path)
-    except OSError as exc:
-        raise UsageError(f"Cannot read {path}: {exc.strerror or exc}.", "Check the path and that the file is readable.") from None
-    with handle:
-        try:
-            for line_no, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UsageError(f"{path}:{line_no} is not valid JSON: {exc.msg}.", "Fix or remove that line.") from None
-                if not isinstance(row, dict):
-                    raise UsageError(f"{path}:{line_no} is not a JSON object.", "Each line must be one OpenTumorBoard record.")
-                yield line_no, row
-        except (OSError, EOFError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{path} is not a readable gzipped JSONL file: {exc}.", "Check the file is a complete download.") from None
 
 
 def _metadata_of(row: dict, where: str) -> dict:
@@ -184,7 +158,7 @@ def load_otb_records(path: str | Path) -> Iterator[Case]:
     if not file.is_file():
         raise UsageError(f"OpenTumorBoard file {file} does not exist.", "Point at a task1_*/task2_* .jsonl.gz file or a test_inputs manifest.")
     seen: tuple[OtbTask, bool] | None = None
-    for line_no, row in _rows(file):
+    for line_no, row in jsonl_records(file):
         where = f"{file}:{line_no}"
         is_manifest = isinstance(row.get("conversations"), list) or row.get("format") == "sharegpt"
         record = _metadata_of(row, where) if is_manifest else row
