@@ -37,7 +37,8 @@ from medpanel.models.base import Request
 from medpanel.models.pricing import PriceTable
 from medpanel.models.scripted import ScriptedModel
 from medpanel.protocols import Panel
-from medpanel.protocols.debate import PEER_CHOICE, flow_counts
+from medpanel.protocols.debate import flow_counts
+from medpanel.testing.debate_prompts import PEER_CHOICE
 from medpanel.protocols.single import question_prompt
 from medpanel.runs.report import build_report, headline
 from medpanel.runs.runner import RunConfig, build_panel, run_benchmark

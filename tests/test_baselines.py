@@ -11,10 +11,16 @@ from medpanel.models.scripted import ScriptedModel
 from medpanel.protocols import Panel, get_protocol
 from medpanel.protocols.baselines import SelfConsistencySettings, VoteSettings
 from medpanel.protocols.debate import DebateSettings, majority_vote
+from medpanel.runs.scoring import score_outcome
 
 VOTE = get_protocol("vote")
 SC = get_protocol("self-consistency")
 CASE = Case(id="q1", question="Which drug?", options={"A": "alpha", "B": "beta", "C": "gamma", "D": "delta"}, reference=Reference(answer="B"))
+
+
+async def score(spec, out) -> dict:
+    """A baseline's scores, as the runner gives them (its scorers need no model)."""
+    return await score_outcome(spec, CASE, out, {}, spec.settings())
 
 
 def constant(name: str, text: str) -> ScriptedModel:
@@ -50,7 +56,7 @@ async def test_vote_over_first_answers():
     assert out.data["decision"]["votes"] == {"B": 2, "C": 1} and out.data["decision"]["method"] == "majority"
     assert [len(m.history) for m in p.seats.values()] == [1, 1, 1]
     assert [e.kind for e in out.transcript] == ["turn", "turn", "turn", "vote", "vote", "vote", "decision"]
-    scores = VOTE.score(CASE, out)
+    scores = await score(VOTE, out)
     assert scores == {"accuracy": 1.0, "parsed": 1.0, "unanimous": 0.0, "tie": 0.0, "accuracy_tie_half": 1.0,
                       "initial_accuracy.x": 1.0, "initial_accuracy.y": 0.0, "initial_accuracy.z": 1.0}
 
@@ -59,7 +65,7 @@ async def test_vote_tie_with_abstain_counts_half_in_mcc_credit():
     p = Panel.of([constant("x", "Answer: B"), constant("y", "Answer: C"), constant("z", "Answer: D")], names=["x", "y", "z"])
     out = await VOTE.run(CASE, p, VoteSettings(tie_policy="abstain"))
     assert out.answer is None
-    scores = VOTE.score(CASE, out)
+    scores = await score(VOTE, out)
     assert scores["accuracy"] == 0.0 and scores["tie"] == 1.0 and scores["accuracy_tie_half"] == 0.5
 
 
@@ -89,7 +95,7 @@ async def test_self_consistency_draws_k_distinct_samples(store):
     keys = [row["key"] for row in store.call_log()]
     assert len(keys) == 5 and len(set(keys)) == 5  # distinct sample indexes: five cache entries, not one
     assert [e.data["sample_index"] for e in out.transcript.turns()] == [0, 1, 2, 3, 4]
-    scores = SC.score(CASE, out)
+    scores = await score(SC, out)
     # B right in 3 of 5 draws -> sample accuracy 0.6; agreement = top votes / k = 3/5
     assert scores["accuracy"] == 1.0 and scores["sample_accuracy"] == pytest.approx(0.6) and scores["agreement"] == pytest.approx(0.6)
 

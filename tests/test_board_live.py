@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import io
 import json
-
-import pytest
+import subprocess
 
 from medpanel.cases import load_case
-from medpanel.errors import UsageError
-from medpanel.models import Runtime
+from medpanel.context import RunContext
+from medpanel.models import Runtime, build_model
 from medpanel.models.human import HumanModel, TerminalIO
 from medpanel.models.scripted import ScriptedModel
 from medpanel.protocols import Panel, get_protocol
 from medpanel.protocols.board_live import CLOSE, LiveBoardSettings
 from medpanel.scoring.board_format import parse_board_response
 
-from conftest import ROOT
+from conftest import MEDPANEL, ROOT
 
 CASE = load_case(ROOT / "examples" / "prostate")
 
@@ -72,11 +71,12 @@ async def test_turn_bound_is_enforced_and_recorded():
 async def test_each_seat_can_have_its_own_model_and_events_stream():
     seen = []
     model = chair(["Radiation Oncologist", CLOSE])
-    settings = LiveBoardSettings(on_event=seen.append, seats={"Radiation Oncologist": "scripted:Radiotherapy alone."})
-    outcome = await get_protocol("board-live").run(CASE, Panel.of([model]), settings)
+    panel = Panel.of([model], roles={"Radiation Oncologist": build_model("scripted:Radiotherapy alone.", Runtime())})
+    outcome = await get_protocol("board-live").run(CASE, panel, LiveBoardSettings(), RunContext(on_event=seen.append))
     ro_turn = next(e for e in outcome.transcript if e.speaker == "Radiation Oncologist")
     assert ro_turn.text == "Radiotherapy alone." and ro_turn.model == "scripted:constant"
-    assert [e.speaker for e in seen] == ["Moderator", "Radiation Oncologist", "Moderator"]
+    # The context hears every event as it is recorded (floor notes and the decision too); the spoken turns:
+    assert [e.speaker for e in seen if e.kind == "turn"] == ["Moderator", "Radiation Oncologist", "Moderator"]
     assert outcome.data["seats"]["Radiation Oncologist"] == "scripted:constant"
 
 
@@ -84,22 +84,23 @@ async def test_a_person_takes_a_seat_through_the_same_interface():
     typed = io.StringIO("From the medical oncology side, no systemic therapy is needed.\n\n")
     shown = io.StringIO()
     model = chair(["Medical Oncologist", CLOSE], specialists=("Radiologist",))
-    settings = LiveBoardSettings(humans=["Medical Oncologist"],
-                                 human_seat=lambda role, runtime: HumanModel(role, io=TerminalIO(typed, shown), runtime=runtime))
-    outcome = await get_protocol("board-live").run(CASE, Panel.of([model]), settings)
+    person = HumanModel("Medical Oncologist", io=TerminalIO(typed, shown), runtime=Runtime())  # built by the runner in a run
+    outcome = await get_protocol("board-live").run(CASE, Panel.of([model], roles={"Medical Oncologist": person}), LiveBoardSettings())
     person = next(e for e in outcome.transcript if e.speaker == "Medical Oncologist")
     assert person.text == "From the medical oncology side, no systemic therapy is needed." and person.model == "human"
     assert "Your turn as Medical Oncologist" in shown.getvalue()
     assert "Medical Oncologist" in outcome.data["roles"]  # a human seat is always seated
 
 
-async def test_a_seat_with_both_a_model_and_a_person_is_refused():
-    with pytest.raises(UsageError, match="both a model"):
-        await get_protocol("board-live").run(CASE, Panel.of([chair([])]), LiveBoardSettings(humans=["Urologist"], seats={"Urologist": "local"}))
+def test_a_seat_with_both_a_model_and_a_person_is_refused(cli_env):
+    # A seat is one panel role with one model, so the conflict can only be written where roles are named: the CLI.
+    proc = subprocess.run([MEDPANEL, "board", "examples/prostate", "--model", "scripted:x", "--seat", "Urologist=scripted:y",
+                           "--human", "Urologist"], env=cli_env, cwd=ROOT, input="", capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "both a model" in proc.stderr
 
 
 def test_settings_round_trip_without_the_callback():
-    settings = LiveBoardSettings(on_event=print, roles=["Radiologist"])
+    settings = LiveBoardSettings(roles=["Radiologist"])
     assert "on_event" not in settings.model_dump()
     assert json.loads(settings.model_dump_json())["roles"] == ["Radiologist"]
 

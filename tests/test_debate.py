@@ -12,10 +12,13 @@ from medpanel.cases import Case, Reference
 from medpanel.errors import ModelCallError, UsageError
 from medpanel.models import Runtime
 from medpanel.models.scripted import ScriptedModel
+from medpanel.context import RunContext
 from medpanel.protocols import Panel, get_protocol
-from medpanel.protocols.debate import PEER_CHOICE, DebateSettings, flow_counts
+from medpanel.protocols.debate import DebateSettings, flow_counts
 from medpanel.runs.runner import RunConfig, run_benchmark
+from medpanel.runs.scoring import score_outcome
 from medpanel.runs.summary import summarize
+from medpanel.testing.debate_prompts import PEER_CHOICE
 
 SPEC = get_protocol("debate")
 CASE = Case(id="q1", question="Which drug?", options={"A": "alpha", "B": "beta", "C": "gamma", "D": "delta"}, reference=Reference(answer="B"))
@@ -32,8 +35,13 @@ def panel(*seats: ScriptedModel) -> Panel:
     return Panel.of(list(seats), names=[m.name for m in seats])
 
 
-async def debate(p: Panel, case: Case = CASE, **settings):
-    return await SPEC.run(case, p, DebateSettings(**settings))
+async def debate(p: Panel, case: Case = CASE, context: RunContext | None = None, **settings):
+    return await SPEC.run(case, p, DebateSettings(**settings), context)
+
+
+async def score(out, case: Case = CASE) -> dict:
+    """The debate's scores, as the runner gives them (its scorers need no model)."""
+    return await score_outcome(SPEC, case, out, {}, DebateSettings())
 
 
 def calls(p: Panel) -> int:
@@ -47,7 +55,7 @@ async def test_unanimous_start_needs_no_debate():
     assert out.answer == "B"
     assert out.data["decision"]["method"] == "consensus" and out.data["consensus_round"] == 0 and out.data["rounds_used"] == 0
     assert [e.kind for e in out.transcript] == ["turn", "turn", "turn", "decision"]
-    scores = SPEC.score(CASE, out)
+    scores = await score(out)
     assert scores["accuracy"] == 1.0 and scores["initial_consensus"] == 1.0 and scores["rounds_used"] == 0.0
     assert scores["stance_shifts"] == 0.0
 
@@ -68,7 +76,7 @@ async def test_consensus_in_round_two_records_the_shifts():
     assert out.data["rounds"][1]["choices"] == {"x": "B", "y": "B", "z": "C"}
     y_round1 = next(e for e in out.transcript.turns("y") if e.round == 1)
     assert y_round1.data["previous_choice"] == "C" and y_round1.data["changed"] is True
-    scores = SPEC.score(CASE, out)
+    scores = await score(out)
     # initial: x right, y and z wrong; the initial vote (C 2 : B 1) would have been wrong
     assert scores["initial_accuracy.x"] == 1.0 and scores["initial_accuracy.y"] == 0.0 and scores["initial_accuracy.z"] == 0.0
     assert scores["initial_vote_accuracy"] == 0.0 and scores["accuracy"] == 1.0
@@ -85,7 +93,7 @@ async def test_no_consensus_ends_in_a_majority_vote():
     assert decision["round"] == 3 and out.data["consensus"] is False and out.data["consensus_round"] is None
     assert [e.data["choice"] for e in out.transcript if e.kind == "vote"] == ["B", "C", "B"]
     assert [(s["round"], s["from"], s["to"]) for s in out.data["shifts"]] == [(1, "C", "B"), (2, "B", "C"), (3, "C", "B")]
-    assert SPEC.score(CASE, out)["tie"] == 0.0
+    assert (await score(out))["tie"] == 0.0
 
 
 @pytest.mark.parametrize("policy", ["abstain", "first-model", "random-seeded"])
@@ -103,7 +111,7 @@ async def test_three_way_tie_applies_and_records_the_policy(policy):
         assert out.answer in {"B", "C", "D"} and decision["method"] == "tie-broken"
         again = panel(seat("x", "B", "B", "B", "B"), seat("y", "C", "C", "C", "C"), seat("z", "D", "D", "D", "D"))
         assert (await debate(again, tie_policy=policy, tie_seed=7)).answer == out.answer  # seeded: reruns agree
-    scores = SPEC.score(CASE, out)
+    scores = await score(out)
     assert scores["tie"] == 1.0
     # MCC's conservative credit: the tie holds the right answer (B), so 0.5, whatever was picked
     assert scores["accuracy_tie_half"] == 0.5
@@ -136,7 +144,7 @@ async def test_all_unparseable_gives_no_answer():
     p = panel(seat("x", "hmm", "hmm"), seat("y", "unsure", "unsure"), seat("z", "no idea", "no idea"))
     out = await debate(p, max_rounds=1)
     assert out.answer is None and out.data["decision"]["method"] == "no-votes"
-    assert SPEC.score(CASE, out)["parsed"] == 0.0 and SPEC.score(CASE, out)["accuracy"] == 0.0
+    assert (await score(out))["parsed"] == 0.0 and (await score(out))["accuracy"] == 0.0
 
 
 async def test_a_seat_error_fails_the_item_naming_the_seat(store):
@@ -215,12 +223,12 @@ async def test_peer_context_choice_only_hides_the_rationale():
 async def test_events_stream_as_they_happen():
     seen = []
     p = panel(seat("x", "B", "B"), seat("y", "C", "B"), seat("z", "B", "B"))
-    out = await debate(p, on_event=seen.append)
+    out = await debate(p, context=RunContext(on_event=seen.append))
     assert [(e.kind, e.speaker, e.round) for e in seen] == [
         ("turn", "x", 0), ("turn", "y", 0), ("turn", "z", 0),
         ("turn", "x", 1), ("turn", "y", 1), ("turn", "z", 1), ("note", "y", 1), ("decision", "Panel", 1)]
     assert len(out.transcript) == len(seen)
-    assert "on_event" not in DebateSettings(on_event=seen.append).model_dump()
+    assert "on_event" not in DebateSettings.model_fields  # the listener travels in the run context, never in settings
 
 
 async def test_seeds_and_temperature_reach_each_seat():

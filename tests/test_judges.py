@@ -286,6 +286,8 @@ async def test_board_prompt_files_by_rubric(tmp_path):
 # ---------------------------------------------------------------- judging a stored run, and Store.add_scores
 
 async def test_judge_stored_specialist_run_adds_scores(store, tmp_path):
+    from medpanel.runs.judging import judge_stored_run
+
     case_file = tmp_path / "case.yaml"
     case_file.write_text(json.dumps(CASE.model_dump(exclude={"source"})))
     runtime = Runtime(cache=store)
@@ -294,7 +296,7 @@ async def test_judge_stored_specialist_run_adds_scores(store, tmp_path):
                                  runtime, panel=Panel.of([answerer]))
     judge = judge_by_schema(EquivalenceVerdict=[EQUIVALENT, dict(EQUIVALENT, clinical_equivalence_score=2)])
     judge.runtime = runtime
-    rows = await judges.judge_stored_run(store, result.run_id, judge, concurrency=1)
+    rows = await judge_stored_run(store, result.run_id, judge, concurrency=1)
     assert [(r["item"], r["repeat"], r["scores"]["clinical_equivalence"]) for r in rows] == [("pca", 0, 4.0), ("pca", 1, 2.0)]
     stored = {(s["repeat"], s["name"]): s["value"] for s in store.scores(result.run_id)}
     assert stored[(0, "clinical_equivalence")] == 4.0 and stored[(1, "clinical_equivalence")] == 2.0
@@ -306,6 +308,8 @@ async def test_judge_stored_specialist_run_adds_scores(store, tmp_path):
 
 
 async def test_judge_stored_board_run_reads_the_raw_meeting(store, tmp_path):
+    from medpanel.runs.judging import judge_stored_run
+
     case_file = tmp_path / "case.yaml"
     case_file.write_text(json.dumps(CASE.model_dump(exclude={"source"})))
     runtime = Runtime(cache=store)
@@ -314,7 +318,7 @@ async def test_judge_stored_board_run_reads_the_raw_meeting(store, tmp_path):
     judge = judge_by_schema(AlignmentVerdict={"conclusion_alignment": {"score": 3, "rationale": "x"}}, DecisionScope=SCOPE,
                             FourDecisions={"therapy": 5, "surgery": 4, "next_action": 1, "clinical_trial": -1, "rationale": "x"},
                             ConsistencyVerdict={"consistency": 5, "rationale": "x"})
-    [row] = await judges.judge_stored_run(store, result.run_id, judge)
+    [row] = await judge_stored_run(store, result.run_id, judge)
     # 5*1.00 + 4*1.25 + 1*1.15 = 11.15 over 3.40 = 3.279411...
     assert row["scores"]["four_decisions"] == pytest.approx(11.15 / 3.40)
     stored = {s["name"]: s["value"] for s in store.scores(result.run_id)}
@@ -324,12 +328,14 @@ async def test_judge_stored_board_run_reads_the_raw_meeting(store, tmp_path):
 
 
 async def test_judge_stored_run_refuses_a_protocol_without_a_judge(store):
+    from medpanel.runs.judging import judge_stored_run
+
     runtime = Runtime(cache=store)
     panel = Panel.of([ScriptedModel(responder=lambda r: "Answer: A", runtime=runtime)])
     mcq = Case(id="q", question="Q?", options={"A": "a", "B": "b"}, reference=Reference(answer="A"))
     result = await run_benchmark(store, RunConfig(dataset="inline", protocol="single", models=["s"]), runtime, panel=panel, cases=[mcq])
-    with pytest.raises(UsageError, match="no rubric judge reads"):
-        await judges.judge_stored_run(store, result.run_id, judge_by_schema())
+    with pytest.raises(UsageError, match="which no judge scores"):
+        await judge_stored_run(store, result.run_id, judge_by_schema())
 
 
 # ---------------------------------------------------------------- the CLI (subprocess; `judge` imported whether or not it is registered yet)

@@ -269,10 +269,12 @@ async def test_specialist_reasoning_cut_off_is_recorded_as_no_answer():
     from medpanel.protocols.specialist import SPEC
 
     case = Case(id="qa", summary=SUMMARY, question="Focal?", target_role="surgeon", reference=Reference(answer="Yes."))
+    from medpanel.runs.scoring import score_outcome
+
     model = ScriptedModel(["<think>The PSA rose, so maybe focal ther"], name="spec", runtime=Runtime(max_reasks=0))
     outcome = await SPEC.run(case, Panel.of([model]), SpecialistSettings())
     assert outcome.answer is None and outcome.data["no_answer"] == "the reasoning never closed"
-    assert SPEC.score(case, outcome)["answered"] == 0.0
+    assert (await score_outcome(SPEC, case, outcome, {}, SpecialistSettings()))["answered"] == 0.0
 
 
 # ---------------------------------------------------------------- released mode reads the conclusion as the release does
@@ -316,8 +318,11 @@ def test_released_answer_reader_matches_the_release(raw, expected):
     ('Here: {"answer": "Focal therapy."}', 'Here: {"answer": "Focal therapy."}'),  # medpanel takes the object's answer
 ])
 async def test_specialist_released_judge_mode_judges_the_release_reading(reply, judged, monkeypatch):
+    from medpanel.models import build_model
     from medpanel.protocols import Panel
     from medpanel.protocols.specialist import SPEC
+    from medpanel.runs.scoring import score_outcome
+    from medpanel.scoring.judges import scorers
 
     seen, real = [], judges.judge_equivalence
 
@@ -325,14 +330,16 @@ async def test_specialist_released_judge_mode_judges_the_release_reading(reply, 
         seen.append(candidate)
         return await real(judge, case, candidate, *args, **kwargs)
 
-    monkeypatch.setattr(judges, "judge_equivalence", spy)
+    monkeypatch.setattr(scorers, "judge_equivalence", spy)  # the judge scorer's call
 
     case = Case(id="qa", summary=SUMMARY, question="Focal?", target_role="surgeon", reference=Reference(answer="Yes."))
     model = ScriptedModel([reply], name="spec", runtime=Runtime(max_reasks=0))
-    settings = SpecialistSettings(judge="scripted:" + json.dumps(EQUIVALENT), judge_mode="released")
-    outcome = await SPEC.run(case, Panel.of([model]), settings)
+    judge = build_model("scripted:" + json.dumps(EQUIVALENT), Runtime())
+    settings = SpecialistSettings(judge_mode="released")
+    outcome = await SPEC.run(case, Panel.of([model], roles={"judge": judge}), settings)
+    await score_outcome(SPEC, case, outcome, {"judge": judge}, settings)
     assert outcome.answer != judged  # medpanel's own reading differs
-    verdict = outcome.data["judge"]
+    verdict = next(e.data for e in outcome.transcript if e.kind == "score")
     assert outcome.data["released_answer"] == judged and seen == [judged]
     if judged is None:
         assert verdict["status"] == "format_failure" and verdict["calls"] == 0
@@ -395,6 +402,8 @@ async def test_judging_a_stored_specialist_run_in_released_mode_reads_the_raw_re
                                  runtime, panel=Panel.of([answerer]))
     assert store.items(result.run_id)[0]["outcome"]["answer"] == '{"answer": "Yes, focal ther'  # medpanel's lenient reading
     judge = scripted(EQUIVALENT)
-    [row] = await judges.judge_stored_run(store, result.run_id, judge, mode="released")
+    from medpanel.runs.judging import judge_stored_run
+
+    [row] = await judge_stored_run(store, result.run_id, judge, settings_update={"judge_mode": "released"})
     assert row["results"]["clinical_equivalence"]["status"] == "ok"
     assert "<CANDIDATE_ANSWER>\nYes, focal ther\n</CANDIDATE_ANSWER>" in str(judge.history[0].messages[-1].content)

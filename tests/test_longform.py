@@ -18,9 +18,10 @@ from medpanel.protocols.longform import (
     AnswerReview,
     LongformSettings,
     attributions,
-    pick_moderator,
+    moderator_seat,
 )
 from medpanel.protocols.summary import outline_debate, summarize_debate
+from medpanel.runs.scoring import score_outcome
 from medpanel.transcript import Transcript
 
 SEATS = ["GPT", "Qwen", "DeepSeek"]
@@ -80,9 +81,16 @@ def seat(name: str, rounds: list[dict], *, revised: str | None = None) -> Script
     return ScriptedModel(name=name, responder=respond, runtime=Runtime())
 
 
-def panel(rounds: list[dict]) -> tuple[Panel, dict[str, ScriptedModel]]:
+def panel(rounds: list[dict], moderator: str | None = None) -> tuple[Panel, dict[str, ScriptedModel]]:
+    """The three seats; `moderator` names the seat whose model takes the moderator role (default: none given)."""
     models = {n: seat(n, rounds) for n in SEATS}
-    return Panel.of(list(models.values()), SEATS), models
+    roles = {"moderator": models[moderator]} if moderator else {}
+    return Panel.of(list(models.values()), SEATS, roles=roles), models
+
+
+async def score(outcome) -> dict:
+    """The long form's scores, as the runner gives them (its scorer needs no model)."""
+    return await score_outcome(get_protocol("longform"), QUESTION, outcome, {}, LongformSettings())
 
 
 def phases(outcome, phase: str):
@@ -145,7 +153,7 @@ async def test_the_revision_loop_is_bounded_by_max_rounds():
     assert outcome.data["stopped_by"] == "max_rounds" and outcome.data["reached_consensus"] is False
     assert [e.round for e in phases(outcome, "revision")] == [1, 1, 1, 2, 2, 2]  # as MCC's code: the last round revises too
     assert sum(r.schema_name == "AnswerReview" for r in models["Qwen"].history) == 4  # two targets x two rounds
-    assert get_protocol("longform").score(QUESTION, outcome) == {"consensus": 0.0, "reached_consensus": 0.0, "seats_credited": 1.0}
+    assert await score(outcome) == {"consensus": 0.0, "reached_consensus": 0.0, "seats_credited": 1.0}
 
 
 async def test_min_rounds_forces_a_revision_even_when_scores_agree():
@@ -159,8 +167,8 @@ async def test_min_rounds_forces_a_revision_even_when_scores_agree():
 
 
 async def test_moderator_consolidates_with_seat_attributions():
-    pan, models = panel(LOGGED)
-    outcome = await get_protocol("longform").run(QUESTION, pan, LongformSettings(moderator="2"))  # Qwen, by position
+    pan, models = panel(LOGGED, moderator="Qwen")  # the moderator role is Qwen's model
+    outcome = await get_protocol("longform").run(QUESTION, pan, LongformSettings())
     request = models["Qwen"].history[-1]
     system = request.messages[0].content
     assert "using exactly these names: Panelist 1, Panelist 2, Panelist 3" in system and "[Panelist 1, Panelist 2]" in system
@@ -178,17 +186,20 @@ async def test_moderator_consolidates_with_seat_attributions():
 def test_attribution_parser_and_moderator_choice():
     counts, unknown = attributions("A [x]. B [GPT]. C [Qwen,GPT]. D [the 2019 guideline]. [GPT](http://a)", ["GPT", "Qwen"])
     assert counts == {"GPT": 2, "Qwen": 1} and unknown == []
-    pan = Panel.of([ScriptedModel(["a"]), ScriptedModel(["b"])], ["GPT", "Qwen"])
-    assert pick_moderator(pan, "")[0] == "GPT" and pick_moderator(pan, "Qwen")[0] == "Qwen"
-    with pytest.raises(UsageError, match="No seat 'Claude'"):
-        pick_moderator(pan, "Claude")
+    gpt, qwen, claude = ScriptedModel(["a"]), ScriptedModel(["b"]), ScriptedModel(["c"])
+    pan = Panel.of([gpt, qwen], ["GPT", "Qwen"])
+    # No moderator role: the first seat; the role holding a seat's model: that seat; another model: "Moderator"
+    assert moderator_seat(pan)[0] == "GPT" and moderator_seat(Panel(pan.seats, {"moderator": qwen}))[0] == "Qwen"
+    assert moderator_seat(Panel(pan.seats, {"moderator": claude})) == ("Moderator", claude)
+    with pytest.raises(UsageError, match="The panel is empty"):
+        moderator_seat(Panel())
 
 
 async def test_one_seat_answers_without_review():
     solo = ScriptedModel(["A single answer."], runtime=Runtime())
     outcome = await get_protocol("longform").run(QUESTION, Panel.of([solo], ["GPT"]), LongformSettings())
     assert outcome.answer == "A single answer." and len(solo.history) == 1
-    assert get_protocol("longform").score(QUESTION, outcome)["consensus"] is None
+    assert (await score(outcome))["consensus"] is None
     with pytest.raises(UsageError, match="has no question"):
         await get_protocol("longform").run(Case(id="x"), Panel.of([solo]), LongformSettings())
 
@@ -204,11 +215,11 @@ def test_review_schema_is_flat_with_scores_first():
 
 def mc_debate() -> Transcript:
     t = Transcript()
-    t.add("turn", "I pick A.", speaker="GPT", phase="initial", data={"choice": "A"})
-    t.add("turn", "I pick B.", speaker="Qwen", phase="initial", data={"choice": "B"})
-    t.add("turn", "Qwen's argument on renal function convinces me: B.", speaker="GPT", phase="debate", round=1, data={"choice": "B"})
-    t.add("turn", "Still B.", speaker="Qwen", phase="debate", round=1, data={"choice": "B"})
-    t.add("decision", "B", speaker="Panel", phase="decision", round=1, data={"choice": "B", "method": "consensus"})
+    t.record("turn", "I pick A.", speaker="GPT", phase="initial", data={"choice": "A"})
+    t.record("turn", "I pick B.", speaker="Qwen", phase="initial", data={"choice": "B"})
+    t.record("turn", "Qwen's argument on renal function convinces me: B.", speaker="GPT", phase="debate", round=1, data={"choice": "B"})
+    t.record("turn", "Still B.", speaker="Qwen", phase="debate", round=1, data={"choice": "B"})
+    t.record("decision", "B", speaker="Panel", phase="decision", round=1, data={"choice": "B", "method": "consensus"})
     return t
 
 

@@ -489,10 +489,10 @@ def test_replay_of_the_english_log():
 def _transcript(initial: list[str | None], rounds: list[list[tuple[str, str | None]]]) -> Transcript:
     t = Transcript()
     for seat, choice in zip(("GPT", "Qwen", "DeepSeek"), initial):
-        t.add("turn", "", speaker=seat, phase="initial", round=0, data={"choice": choice})
+        t.record("turn", "", speaker=seat, phase="initial", round=0, data={"choice": choice})
     for number, turns in enumerate(rounds, 1):
         for seat, choice in turns:
-            t.add("turn", "", speaker=seat, phase="debate", round=number, data={"choice": choice})
+            t.record("turn", "", speaker=seat, phase="debate", round=number, data={"choice": choice})
     return t
 
 

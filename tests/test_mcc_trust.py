@@ -82,10 +82,10 @@ def _as_log_transcript(script: dict[str, list[str | None]]) -> Transcript:
     (a log may hold turns after the settlement: the replay must ignore them as the live debate never asked)."""
     t = Transcript()
     for seat, choices in script.items():
-        t.add("turn", "", speaker=seat, round=0, phase="initial", data={"choice": choices[0]})
+        t.record("turn", "", speaker=seat, round=0, phase="initial", data={"choice": choices[0]})
     for rnd in range(1, len(next(iter(script.values())))):
         for seat, choices in script.items():
-            t.add("turn", "", speaker=seat, round=rnd, phase="debate", data={"choice": choices[rnd]})
+            t.record("turn", "", speaker=seat, round=rnd, phase="debate", data={"choice": choices[rnd]})
     return t
 
 

@@ -25,14 +25,19 @@ from medpanel.models.scripted import ScriptedModel
 from medpanel.protocols import Panel, get_protocol
 from medpanel.protocols.dialogue import OPENING, Consultation, OsceSettings
 from medpanel.protocols.summary import outline_debate
+from medpanel.runs.panel import build_panel, resolve_roles
+from medpanel.runs.scoring import score_outcome
 from medpanel.scoring.osce import (
     JudgedCounts,
     as_data,
+    judged_counts,
     osce_metrics,
     patient_details,
     rate,
     valid_numbers,
 )
+
+SPEC = get_protocol("osce")
 
 ACTOR = {
     "Demographics": "56-year-old woman",
@@ -126,14 +131,27 @@ def two_doctors(opinions_a=("Pancreatic cancer",), opinions_b=("Pancreatic adeno
     return Panel.of([a, b], ["A", "B"]), a, b
 
 
-def settings(**overrides) -> OsceSettings:
-    base = {"patient": patient("Hello doctor.", "I am very thirsty.", "I lost 12 kg.", "Yes, my stomach hurts."),
-            "moderator": moderator([HISTORY]), "judge": judge(), "max_exchanges": 1}
-    return OsceSettings(**(base | overrides))
+ROLES = ("patient", "moderator", "judge")
 
 
-async def run(panel: Panel, s: OsceSettings, case: Case | None = None):
-    return await get_protocol("osce").run(case or scenario(), panel, s)
+def settings(**overrides) -> tuple[OsceSettings, dict]:
+    """The settings and the panel's roles (patient, moderator, judge: scripted unless overridden)."""
+    roles = {"patient": patient("Hello doctor.", "I am very thirsty.", "I lost 12 kg.", "Yes, my stomach hurts."),
+             "moderator": moderator([HISTORY]), "judge": judge()}
+    roles |= {role: overrides.pop(role) for role in ROLES if role in overrides}
+    return OsceSettings(**({"max_exchanges": 1} | overrides)), roles
+
+
+async def run(panel: Panel, visit: tuple[OsceSettings, dict], case: Case | None = None):
+    s, roles = visit
+    return await SPEC.run(case or scenario(), Panel(dict(panel.seats), roles), s)
+
+
+async def judged(panel: Panel, visit: tuple[OsceSettings, dict], case: Case | None = None):
+    """The outcome and its scores as the runner gives them: the judge role scores it after the run."""
+    case = case or scenario()
+    outcome = await run(panel, visit, case)
+    return outcome, await score_outcome(SPEC, case, outcome, visit[1], visit[0])
 
 
 def phases(outcome) -> list[str]:
@@ -249,10 +267,10 @@ async def test_different_diagnoses_are_debated_until_the_moderator_sees_agreemen
 async def test_diagnosis_debate_is_bounded_and_ends_in_the_majority_pick():
     pan, _, _ = two_doctors(opinions_a=["Pancreatic cancer"] * 3, opinions_b=["Type 2 diabetes"] * 3)
     mod = moderator([HISTORY], [{"same": False, "diagnosis": "Pancreatic cancer", "differentials": ["Type 2 diabetes"]}])
-    outcome = await run(pan, settings(moderator=mod, max_diagnosis_rounds=1))
+    outcome, scores = await judged(pan, settings(moderator=mod, max_diagnosis_rounds=1))
     assert sum(r.schema_name == "DiagnosisJudgement" for r in mod.history) == 2  # first views + one reconsideration
     assert outcome.data["diagnosis"]["status"] == "majority" and outcome.answer == "Pancreatic cancer"
-    assert get_protocol("osce").score(scenario(), outcome)["diagnosis_consensus"] == 0.0
+    assert scores["diagnosis_consensus"] == 0.0
 
 
 def outcome_outline(outcome) -> str:
@@ -286,11 +304,11 @@ async def test_the_judge_counts_become_the_four_metrics():
     # The judge's first capture list names detail 9 of 6: the schema bounds every number to the checklist, so the
     # reply fails validation and is re-asked; the second names 1, 3 and 3 again: 2 distinct details of 6.
     graded = judge(captured=[1, 3, 3], relevant=[], primary=True, acceptable=[1], first_capture=[9, 1])
-    outcome = await run(pan, settings(judge=graded))
+    outcome, scores = await judged(pan, settings(judge=graded))
     # relevant: the moderator merged one question and the judge named none -> 0 of 1
-    assert outcome.data["judged"] == {"details_total": 6, "details_captured": 2, "questions_asked": 1, "questions_relevant": 0,
+    assert judged_counts(outcome.transcript) == {"details_total": 6, "details_captured": 2, "questions_asked": 1, "questions_relevant": 0,
                                       "primary_correct": True, "acceptable_total": 1, "acceptable_found": 1, "acceptable_basis": "gold_only"}
-    assert get_protocol("osce").score(scenario(), outcome) == {"picr": 2 / 6, "prqr": 0.0, "pda": 1.0, "sda": 1.0,
+    assert scores == {"picr": 2 / 6, "prqr": 0.0, "pda": 1.0, "sda": 1.0,
                                                                "diagnosis_consensus": 1.0}
     captures = [r for r in graded.history if r.schema_name == "CapturedDetails"]
     assert len(captures) == 2 and "between 1 and 6 (got 9)" in captures[1].messages[-1].content
@@ -306,9 +324,9 @@ async def test_the_judge_counts_become_the_four_metrics():
 async def test_a_scenario_with_its_own_acceptable_set_scores_sda_against_it():
     pan, _, _ = two_doctors()
     case = scenario(acceptable=["Pancreatic cancer", "Chronic pancreatitis", "Type 2 diabetes"])
-    outcome = await run(pan, settings(judge=judge(primary=False, acceptable=[1, 3, 3])), case)
-    assert outcome.data["judged"]["acceptable_basis"] == "acceptable_set"
-    assert get_protocol("osce").score(case, outcome)["sda"] == 2 / 3 and get_protocol("osce").score(case, outcome)["pda"] == 0.0
+    outcome, scores = await judged(pan, settings(judge=judge(primary=False, acceptable=[1, 3, 3])), case)
+    assert judged_counts(outcome.transcript)["acceptable_basis"] == "acceptable_set"
+    assert scores["sda"] == 2 / 3 and scores["pda"] == 0.0
 
 
 async def test_patient_sees_only_the_actor_record_and_doctors_only_the_dialogue():
@@ -338,7 +356,9 @@ async def test_a_person_can_play_the_patient():
     # one doctor: nothing to review or merge; its questions go to the patient as proposed
     assert not [e for e in outcome.transcript if e.kind == "turn" and e.phase in ("review", "consolidation", "diagnosis-consensus")]
     assert person.io.stdout.getvalue().count("Have you lost weight?") == 1
-    visit = Consultation(scenario(), Panel.of([one], ["A"]), OsceSettings(patient="human"))
+    # "human" in the patient's place is a person named Patient: the runner seats them, the protocol takes the role
+    seated = build_panel(["scripted:echo"], Runtime(), resolve_roles(SPEC, ["scripted:echo"], {"patient": "human"}))
+    visit = Consultation(scenario(), seated, OsceSettings())
     assert isinstance(visit.patient, HumanModel) and visit.patient.name == "Patient"
 
 
@@ -425,18 +445,20 @@ async def test_osce_with_the_local_model_in_every_seat_produces_the_four_metrics
     """Acceptance: an OSCE run with an LLM patient on an AgentClinic scenario produces the four metrics."""
     needs_local_model()
     runtime = Runtime()
-    doctors = [build_model("local", runtime), build_model("local", runtime)]  # the moderator and judge default to the first
-    small = OsceSettings(patient="local", max_exchanges=1, max_direct_replies=0, max_rounds=1, max_diagnosis_rounds=0,
+    doctors = [build_model("local", runtime), build_model("local", runtime)]
+    # the roles as the runner seats them by default: the embedded patient, the first doctor moderating and judging
+    roles = {"patient": build_model("local", runtime), "moderator": doctors[0], "judge": doctors[0]}
+    small = OsceSettings(max_exchanges=1, max_direct_replies=0, max_rounds=1, max_diagnosis_rounds=0,
                          max_questions=2, max_differentials=2, max_tokens=96, review_max_tokens=96, patient_max_tokens=48)
     case = load_dataset("agentclinic", limit=1)[0]
     started = time.perf_counter()
-    outcome = await get_protocol("osce").run(case, Panel.of(doctors, ["A", "B"]), small)
+    outcome = await SPEC.run(case, Panel.of(doctors, ["A", "B"], roles=roles), small)
+    scores = await score_outcome(SPEC, case, outcome, roles, small)
     elapsed = time.perf_counter() - started
-    scores = get_protocol("osce").score(case, outcome)
     assert set(scores) >= {"picr", "prqr", "pda", "sda"}
     for name in ("picr", "prqr", "pda", "sda"):  # every one applies here: details, questions and a gold diagnosis exist
         assert scores[name] is not None and 0.0 <= scores[name] <= 1.0 and math.isfinite(scores[name])
-    judged = outcome.data["judged"]
+    judged = judged_counts(outcome.transcript)
     assert judged["details_total"] == 11 and judged["questions_asked"] >= 1 and judged["acceptable_total"] == 1
     assert [e.phase for e in outcome.transcript if e.speaker == "Patient"] == ["opening", "patient"]
     calls = sum(1 for e in outcome.transcript if e.model.startswith("local"))

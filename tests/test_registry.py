@@ -45,9 +45,9 @@ def test_build_scripted_from_spec(tmp_path):
 
 async def test_replay_answers_a_speakers_recorded_turns_in_order(tmp_path):
     t = Transcript()
-    t.add("turn", "I choose A", speaker="GPT", model="openai:o1-mini", input_tokens=5, output_tokens=3)
-    t.add("turn", "I choose B", speaker="Qwen")
-    t.add("turn", "Now C", speaker="GPT")
+    t.record("turn", "I choose A", speaker="GPT", model="openai:o1-mini", input_tokens=5, output_tokens=3)
+    t.record("turn", "I choose B", speaker="Qwen")
+    t.record("turn", "Now C", speaker="GPT")
     path = tmp_path / "t.jsonl"
     t.to_jsonl(path)
     model = build_model(f"replay:{path}#GPT")

@@ -180,7 +180,7 @@ async def test_a_failed_item_still_records_what_it_spent(store, tmp_path):
     class Letter(Schema):
         letter: str
 
-    async def never_valid(case, panel, settings):
+    async def never_valid(case, panel, settings, context=None):
         _, model = panel.first()
         await model.complete("pick", schema=Letter)  # three replies, none valid: StructuredOutputError
         raise AssertionError("unreachable")
@@ -188,7 +188,7 @@ async def test_a_failed_item_still_records_what_it_spent(store, tmp_path):
     from medpanel.protocols.base import ProtocolSpec
     from medpanel.protocols.single import SingleSettings
 
-    spec = ProtocolSpec(name="never", run=never_valid, settings=SingleSettings, score=lambda c, o: {}, description="")
+    spec = ProtocolSpec(name="never", run=never_valid, settings=SingleSettings, scorers=(), description="")
     runtime = Runtime(cache=store, max_reasks=2, prices=PriceTable({"fake": (1.0, 1.0)}))
     panel = Panel.of([ScriptedModel(responder=lambda r: "not json at all", runtime=runtime)])
     result = await run_benchmark(store, config(), runtime, protocol=spec, panel=panel, cases=mcq(1))

@@ -180,14 +180,14 @@ async def test_a_run_with_some_failures_ends_done_with_failures_and_a_clean_resu
 
 
 async def test_a_failed_item_keeps_the_transcript_it_had(store):
-    async def two_turns_then_fail(case, panel, settings):
+    async def two_turns_then_fail(case, panel, settings, context=None):
         transcript = Transcript()
-        transcript.add("turn", "First, the history.", speaker="Doctor")
-        transcript.add("turn", "Then the examination.", speaker="Doctor")
+        transcript.record("turn", "First, the history.", speaker="Doctor")
+        transcript.record("turn", "Then the examination.", speaker="Doctor")
         raise ModelCallError("the server went away", kind="server_error")
 
     spec = ProtocolSpec(name="single", run=two_turns_then_fail, settings=get_protocol("single").settings,
-                        score=lambda case, outcome: {}, description="fails midway")
+                        scorers=(), description="fails midway")
     case = Case(id="q", question="Q?", options={"A": "a"})
     runtime = Runtime(cache=store)
     result = await run_benchmark(store, RunConfig(dataset="inline", protocol="single", models=["s"]), runtime,
@@ -224,24 +224,32 @@ def osce_run(store, run_id: str, patient: str, judge: str | None = None) -> None
 async def test_the_runner_records_the_patient_and_judge_it_was_given(store):
     from pydantic import BaseModel
 
-    class WithRoles(BaseModel):
-        patient: str = "local"
-        judge: str | None = None
+    class NoRoles(BaseModel):
+        pass
 
-    async def answer(case, panel, settings):
+    built: dict = {}
+
+    async def answer(case, panel, settings, context=None):
+        built.update({role: model.id for role, model in panel.roles.items()})
         return Outcome(answer="A")
 
-    spec = ProtocolSpec(name="osce", run=answer, settings=WithRoles, score=lambda c, o: {}, description="records roles")
+    # OSCE's defaults: the judge is the moderator, which is the first seat; the run names only the patient.
+    spec = ProtocolSpec(name="osce", run=answer, settings=NoRoles, scorers=(), description="records roles",
+                        role_defaults={"patient": "local", "moderator": "@seat", "judge": "@moderator"})
     runtime = Runtime(cache=store)
-    config = RunConfig(dataset="inline", protocol="osce", models=["doc-a"], settings={"patient": "scripted:pat.yaml"})
-    result = await run_benchmark(store, config, runtime, protocol=spec, panel=Panel.of([ScriptedModel(runtime=runtime)]),
-                                 cases=[Case(id="c", question="Q?")])
-    # OSCE's judge defaults to the moderator, which defaults to the first seat: recorded as such
-    assert store.get_run(result.run_id)["settings"]["roles"] == {"patient": "scripted:pat.yaml", "moderator": "doc-a", "judge": "doc-a"}
-    board = RunConfig(dataset="inline", protocol="board", models=["w"], settings={"judge": "openai:gpt-4o-mini"})
-    from medpanel.runs.runner import panel_roles
-
-    assert panel_roles("board", get_protocol("board").settings.model_validate(board.settings), board.models) == {"judge": "openai:gpt-4o-mini"}
+    config = RunConfig(dataset="inline", protocol="osce", models=["scripted"], roles={"patient": "scripted"})
+    result = await run_benchmark(store, config, runtime, protocol=spec, cases=[Case(id="c", question="Q?")])
+    assert store.get_run(result.run_id)["settings"]["roles"] == {"patient": "scripted", "moderator": "scripted", "judge": "scripted"}
+    assert built == {"patient": "scripted:echo", "moderator": "scripted:echo", "judge": "scripted:echo"}  # the runner built them all
+    # A config stored before roles were recorded apart (the judge inside the settings) reads as a role.
+    old = RunConfig.model_validate({"dataset": "inline", "protocol": "board", "models": ["w"], "settings": {"judge": "openai:gpt-4o-mini"}})
+    assert old.roles == {"judge": "openai:gpt-4o-mini"} and old.settings == {}
+    # The long form named its moderator seat by position; the live board its seats and people by title.
+    longform = RunConfig.model_validate({"dataset": "d", "protocol": "longform", "models": ["a", "b"], "settings": {"moderator": "2"}})
+    assert longform.roles == {"moderator": "b"}
+    live = RunConfig.model_validate({"dataset": "d", "protocol": "board-live", "models": ["a"],
+                                     "settings": {"seats": {"Moderator": "m", "Urologist": "u"}, "humans": ["Pathologist"], "max_turns": 2}})
+    assert live.roles == {"moderator": "m", "Urologist": "u", "Pathologist": "human:Pathologist"} and live.settings == {"max_turns": 2}
 
 
 def test_show_and_report_name_the_patient_and_judge_and_warn_when_they_differ(store, tmp_path):

@@ -26,6 +26,7 @@ from medpanel.models.scripted import ScriptedModel
 from medpanel.protocols import PROTOCOLS, Panel, get_protocol
 from medpanel.protocols.summary import summarize_debate
 from medpanel.runs.runner import protocol_settings
+from medpanel.runs.scoring import score_outcome
 from medpanel.testing.mock_server import fake_from_schema
 
 # ---------------------------------------------------------------- cases and seats
@@ -88,12 +89,19 @@ def panel_at(port: int, n: int = 2, **flags) -> tuple[Panel, list[ScriptedModel]
     return Panel.of(models, names=specs), models
 
 
-def extras(protocol: str, port: int, **flags) -> tuple[dict, list[ScriptedModel]]:
-    """Settings naming the non-seat models a protocol needs (OSCE: patient, moderator, judge)."""
+def extras(protocol: str, port: int, **flags) -> tuple[dict, dict, list[ScriptedModel]]:
+    """(settings, roles, role models) a protocol needs besides its seats (OSCE: patient, moderator, judge)."""
     if protocol != "osce":
-        return {}, []
+        return {}, {}, []
     people = {role: fake(f"{role}@http://127.0.0.1:{port}/v1", **flags) for role in ("patient", "moderator", "judge")}
-    return {**people, "max_exchanges": 1, "max_diagnosis_rounds": 1}, list(people.values())
+    return {"max_exchanges": 1, "max_diagnosis_rounds": 1}, people, list(people.values())
+
+
+async def run_and_score(spec, case, panel: Panel, settings):
+    """The protocol, then its scorers, as the runner calls them (the OSCE's judge scores after the run)."""
+    outcome = await spec.run(case, panel, settings)
+    scores = await score_outcome(spec, case, outcome, panel.roles, settings)
+    return outcome, scores
 
 
 RUNS = {  # protocol -> (case, seats)
@@ -107,9 +115,10 @@ async def run_protocol(protocol: str, port: int, values: dict | None = None, **f
     spec = get_protocol(protocol)
     case, n = RUNS[protocol]
     pan, seats = panel_at(port, n, **flags)
-    more, others = extras(protocol, port, **flags)
+    more, roles, others = extras(protocol, port, **flags)
+    pan.roles.update(roles)
     settings = spec.settings.model_validate({**more, **(values or {})})
-    outcome = await spec.run(case, pan, settings)
+    outcome, _ = await run_and_score(spec, case, pan, settings)
     return outcome, seats + others
 
 
@@ -199,16 +208,14 @@ CHANGES: dict[str, dict[str, tuple]] = {
                          "tie_policy": ("first-model", {"k": 2, "seeds": [1, 2]}),
                          "tie_seed": (2, {"tie_policy": "random-seeded", "k": 2, "seeds": [1, 2]})},  # seed 0 draws B, 2 draws A
     "longform": {"threshold": (0.1,), "min_rounds": (2, {"max_rounds": 3, "threshold": 0.1}), "max_rounds": (2, {"threshold": 1.0, "min_rounds": 1}),
-                 "temperature": (0.5,), "max_tokens": (64,), "review_max_tokens": (64,), "moderator": ("2",)},
+                 "temperature": (0.5,), "max_tokens": (64,), "review_max_tokens": (64,)},
     "osce": {"threshold": (0.1,), "min_rounds": (2, {"max_rounds": 3, "threshold": 0.1}), "max_rounds": (2, {"threshold": 1.0}),
              "temperature": (0.5,), "max_tokens": (64,), "review_max_tokens": (64,), "patient_max_tokens": (64,),
              "max_exchanges": (2,), "max_direct_replies": (0,), "max_questions": (1,), "max_diagnosis_rounds": (0,),
-             "max_differentials": (1,), "reveal_findings": (True,), "patient": ("scripted:I feel fine.",),
-             "moderator": ("", {}), "judge": ("", {})},
+             "max_differentials": (1,), "reveal_findings": (True,)},
     "board": {"temperature": (0.5,), "max_tokens": (64,), "structured": ("always",), "frequency_penalty": (0.5,)},
     "board-live": {"max_turns": (1,), "max_specialists": (1, {"roles": ["Urologist", "Radiologist"]}), "roles": (["Geriatrician"],),
-                   "seats": ({"Urologist": "scripted:Surgery is an option."}, {"roles": ["Urologist"]}),
-                   "humans": (["Urologist"],), "turn_tokens": (64,), "conclusion_tokens": (64,), "temperature": (0.5,)},
+                   "turn_tokens": (64,), "conclusion_tokens": (64,), "temperature": (0.5,)},
     "consult": {"max_turns": (3,), "min_questions": (2,), "temperature": (0.5,), "max_tokens": (64,),
                 "discharge_max_tokens": (64,), "frequency_penalty": (0.5,), "empty_prediction": ("exclude", {"max_turns": 3}),
                 "unfinished": ("exclude", {"max_turns": 3})},
@@ -219,7 +226,15 @@ CHANGES: dict[str, dict[str, tuple]] = {
 }
 # The board's judges run only with a judge model configured, which a judge-free run cannot exercise: their
 # settings are tested with the judges (tests/test_judges.py, tests/test_board.py).
-JUDGE_SETTINGS = {"judge", "judge_mode", "judge_prompt_files", "bertscore"}
+JUDGE_SETTINGS = {"judge_mode", "judge_prompt_files", "judge_max_tokens", "bertscore"}
+
+# Every role changes what a run does too (roles are not settings: the runner builds them). Each entry:
+# the roles of the changed run; the base run has the protocol's usual ones (OSCE: its own three models).
+ROLE_CHANGES: dict[str, dict[str, dict]] = {
+    "longform": {"moderator": {"moderator": "scripted:One consolidated answer [Panelist 1]."}},
+    "osce": {"patient": {"patient": "scripted:I feel fine."}, "moderator": {"moderator": None}, "judge": {"judge": None}},
+    "board-live": {"a seat's own model": {"Urologist": "scripted:Surgery is an option."}, "a person's seat": {"Urologist": "person"}},
+}
 
 
 def changes(protocol: str):
@@ -239,30 +254,41 @@ def _moderator_triage_first_direct():
     return ScriptedModel(name="moderator", responder=reply, runtime=Runtime())
 
 
-async def traced(protocol: str, values: dict) -> str:
+async def traced(protocol: str, values: dict, roles: dict | None = None) -> str:
+    """Everything a run did: every request its models received, the outcome, its transcript and its scores.
+    `roles` changes the panel's roles: a spec (a scripted model of that text), "person" (a person's seat as
+    the web app would build it) or None (the role left out: the first seat sits there)."""
     spec = get_protocol(protocol)
     case, n = RUNS[protocol]
     pan, seats = panel_at(8001, n)
-    others: list[ScriptedModel] = []
+    people: dict[str, ScriptedModel] = {}
     if protocol == "osce":
         people = {"patient": fake("patient"), "moderator": _moderator_triage_first_direct(), "judge": fake("judge")}
-        if values.get("moderator") == "":  # the first doctor moderates, and (unset) judges too
-            people.pop("moderator")
-        if values.get("judge") == "":
-            people.pop("judge")
-        others = list(people.values())
-        values = {**people, "max_exchanges": 1, "max_diagnosis_rounds": 1, **values}
-    if protocol == "board-live" and "humans" in values:
-        person = fake("person")  # a person's seat, as the web app would build it
-        values = {**values, "human_seat": lambda role, runtime: person}
-        others.append(person)
+        values = {"max_exchanges": 1, "max_diagnosis_rounds": 1, **values}
+    for role, value in (roles or {}).items():
+        if value is None:
+            people.pop(role, None)
+        elif value == "person":
+            people[role] = fake("person")
+        else:
+            people[role] = ScriptedModel(name=role, responder=lambda r, text=value.partition(":")[2]: text, runtime=Runtime())
+    if protocol == "osce":  # unset, the first doctor moderates, and the moderator judges
+        people.setdefault("moderator", pan.first()[1])
+        people.setdefault("judge", people["moderator"])
+    pan.roles.update(people)
     if protocol == "consult":
         values = {"min_questions": 1, **values}
     settings = spec.settings.model_validate(values)
-    outcome = await spec.run(case, pan, settings)
-    calls = [r.model_dump(mode="json", exclude={"timeout_s"}) for m in seats + others for r in m.history]
+    outcome, scores = await run_and_score(spec, case, pan, settings)
+    calls = [r.model_dump(mode="json", exclude={"timeout_s"}) for m in dict.fromkeys([*seats, *people.values()]) for r in m.history]
     events = [e.model_dump(mode="json", exclude={"at", "latency_s"}) for e in outcome.transcript.events]
-    return json.dumps([calls, outcome.answer, outcome.status, outcome.data, events, spec.score(case, outcome)], sort_keys=True, default=str)
+    return json.dumps([calls, outcome.answer, outcome.status, outcome.data, events, scores], sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize(("protocol", "change"), [(p, c) for p in ROLE_CHANGES for c in ROLE_CHANGES[p]])
+async def test_every_role_changes_what_the_run_does(protocol, change):
+    base = {"roles": ["Urologist"]} if protocol == "board-live" else {}
+    assert await traced(protocol, base) != await traced(protocol, base, ROLE_CHANGES[protocol][change]), f"{protocol}: {change} changed nothing"
 
 
 def test_the_change_table_names_every_setting():
@@ -275,10 +301,6 @@ def test_the_change_table_names_every_setting():
                          [(p, n, v, b[0] if b else {}) for p in CHANGES for p, n, v, *b in changes(p)])
 async def test_every_setting_changes_what_the_run_does(protocol, name, value, base):
     default = {k: v for k, v in base.items() if k != name}
-    if protocol == "osce" and name in ("moderator", "judge"):
-        # Unset, the first doctor sits there; compare with a model of its own in that chair.
-        assert await traced(protocol, {}) != await traced(protocol, {name: ""})
-        return
     assert await traced(protocol, default) != await traced(protocol, {**default, name: value}), f"{protocol}: {name}={value!r} changed nothing"
 
 
@@ -349,10 +371,12 @@ EXPLICIT = {
 
 
 def budgets_sent(models: list[ScriptedModel]) -> dict[str, set[int]]:
+    """max_tokens sent, by call kind; the written board's small-model JSON meeting counts as its text call."""
     sent: dict[str, set[int]] = {}
     for model in models:
         for request in model.history:
-            sent.setdefault(request.schema_name if request.schema is not None else "text", set()).add(request.max_tokens)
+            kind = request.schema_name if request.schema is not None else "text"
+            sent.setdefault("text" if kind == "WrittenMeeting" else kind, set()).add(request.max_tokens)
     return sent
 
 
@@ -390,7 +414,8 @@ def test_the_budget_tables_cover_every_token_setting():
         settings = get_protocol(protocol).settings
         if not issubclass(settings, Settings):
             continue
-        token_fields = [n for n in setting_names(settings) if n.endswith("tokens")]
+        # A judge's budget is the size of its verdict, whoever sits at the table: it is not fitted to the seat.
+        token_fields = [n for n in setting_names(settings) if n.endswith("tokens") and n not in JUDGE_SETTINGS]
         assert token_fields, protocol
         for name in token_fields:
             assert settings.model_fields[name].default is None, (protocol, name)
@@ -410,8 +435,8 @@ async def test_a_reply_cut_by_its_budget_is_marked_truncated(protocol):
     spec = get_protocol(protocol)
     case, n = RUNS[protocol]
     seats = [Cut(name=f"cut{i}", responder=responder("AB"[i % 2]), runtime=Runtime()) for i in range(n)]
-    more, _ = extras(protocol, 8001)
-    outcome = await spec.run(case, Panel.of(seats), spec.settings.model_validate({**more, **PATHS.get(protocol, {})}))
+    more, roles, _ = extras(protocol, 8001)
+    outcome, _ = await run_and_score(spec, case, Panel.of(seats, roles=roles), spec.settings.model_validate({**more, **PATHS.get(protocol, {})}))
     marked = [e for e in outcome.transcript.events if e.data.get("truncated") is True]
     calls = sum(len(s.history) for s in seats)
     assert calls and len(marked) == calls  # one marked event per cut reply, whatever the phase

@@ -25,6 +25,7 @@ from medpanel.protocols.specialist import (
     specialist_items,
 )
 from medpanel.runs.runner import RunConfig, run_benchmark
+from medpanel.runs.scoring import score_outcome
 
 SPEC = get_protocol("specialist")
 CASE = Case(
@@ -34,6 +35,11 @@ CASE = Case(
     metadata={"qa_type": "treatment_recommendation"},
 )
 JUDGE_OK = "scripted:" + json.dumps({"clinical_equivalence_score": 5, "critical_error": False, "unsupported_claim": False, "rationale": "Same."})
+
+
+async def scored(case, outcome, settings=None, roles=None):
+    """The runner's scorer path after `run`: the turn's own scores, and the judge's when a judge role is given."""
+    return await score_outcome(SPEC, case, outcome, roles or {}, settings or SpecialistSettings())
 
 
 def answering(*answers) -> ScriptedModel:
@@ -101,7 +107,7 @@ async def test_prompt_layout_json_schema_and_breakdown_fields():
     assert "insufficient" in request.messages[0].content and "three sentences" in request.messages[0].content
     assert outcome.answer.startswith("Neoadjuvant nivolumab")
     assert outcome.data["qa_type"] == "treatment_recommendation" and outcome.data["target_role"] == "Medical Oncologist"
-    assert SPEC.score(case, outcome) == {"answered": 1.0, "format_ok": 1.0, "within_three_sentences": 1.0, "insufficient_context": 0.0}
+    assert await scored(case, outcome) == {"answered": 1.0, "format_ok": 1.0, "within_three_sentences": 1.0, "insufficient_context": 0.0}
 
 
 async def test_vision_model_gets_the_slide_images(tmp_path):
@@ -118,19 +124,19 @@ LONG = "Give nivolumab with chemotherapy. Three cycles. Then restage with CT and
 async def test_over_three_sentences_is_scored_by_default_and_kept_whole():
     outcome = await SPEC.run(CASE, Panel.of([answering(LONG)]), SpecialistSettings())
     assert outcome.answer == LONG and outcome.data["sentences"] == 4 and not outcome.data["trimmed"]
-    assert SPEC.score(CASE, outcome)["within_three_sentences"] == 0.0
+    assert (await scored(CASE, outcome))["within_three_sentences"] == 0.0
 
 
 async def test_trim_policy_keeps_three_sentences_and_records_it():
     outcome = await SPEC.run(CASE, Panel.of([answering(LONG)]), SpecialistSettings(sentence_limit="trim"))
     assert outcome.answer == "Give nivolumab with chemotherapy. Three cycles. Then restage with CT and PET."
     assert outcome.data["trimmed"] and outcome.data["untrimmed_answer"] == LONG
-    assert SPEC.score(CASE, outcome)["within_three_sentences"] == 0.0  # the model still ran over
+    assert (await scored(CASE, outcome))["within_three_sentences"] == 0.0  # the model still ran over
 
 
 async def test_insufficient_context_answer_is_flagged():
     outcome = await SPEC.run(CASE, Panel.of([answering("The information is insufficient: her DLCO is not provided.")]), SpecialistSettings())
-    assert outcome.data["insufficient_context"] and SPEC.score(CASE, outcome)["insufficient_context"] == 1.0
+    assert outcome.data["insufficient_context"] and (await scored(CASE, outcome))["insufficient_context"] == 1.0
 
 
 async def test_invalid_json_is_read_leniently_not_dropped():
@@ -138,7 +144,7 @@ async def test_invalid_json_is_read_leniently_not_dropped():
     outcome = await SPEC.run(CASE, Panel.of([model]), SpecialistSettings())
     assert len(model.history) == 2
     assert outcome.answer == "Still prose, then restage." and outcome.data["format_ok"] is False
-    assert SPEC.score(CASE, outcome)["format_ok"] == 0.0
+    assert (await scored(CASE, outcome))["format_ok"] == 0.0
 
 
 async def test_prompt_file_is_the_system_prompt_and_must_exist(tmp_path):
@@ -149,14 +155,21 @@ async def test_prompt_file_is_the_system_prompt_and_must_exist(tmp_path):
     assert model.history[0].messages[0].content == prompt.read_text()
     with pytest.raises(UsageError, match="does not exist"):
         SpecialistSettings.model_validate({"prompt_file": str(tmp_path / "missing.txt")})
-    with pytest.raises(UsageError, match="Unknown model provider"):
-        SpecialistSettings.model_validate({"judge": "nosuch:judge"})
+    from medpanel.models.registry import parse_spec
+
+    with pytest.raises(UsageError, match="Unknown model provider"):  # the judge is a role now: its spec is checked where roles are built
+        parse_spec("nosuch:judge")
 
 
 async def test_judge_runs_at_the_end_and_score_reads_it():
-    outcome = await SPEC.run(CASE, Panel.of([answering("Nivolumab with platinum chemotherapy, then restage.")]), SpecialistSettings(judge=JUDGE_OK))
-    assert outcome.data["judge"]["status"] == "ok" and outcome.data["judge"]["judge"] == "scripted:constant"
-    scores = SPEC.score(CASE, outcome)
+    from medpanel.models import build_model
+
+    judge = build_model(JUDGE_OK, Runtime())
+    outcome = await SPEC.run(CASE, Panel.of([answering("Nivolumab with platinum chemotherapy, then restage.")], roles={"judge": judge}),
+                             SpecialistSettings())
+    scores = await scored(CASE, outcome, roles={"judge": judge})
+    verdict = next(e.data for e in outcome.transcript if e.kind == "score")
+    assert verdict["status"] == "ok" and verdict["judge"] == "scripted:constant"
     assert (scores["clinical_equivalence"], scores["critical_error"], scores["unsupported_claim"], scores["judge_failed"]) == (5.0, 0.0, 0.0, 0.0)
     judged = [e for e in outcome.transcript if e.kind == "score"]
     assert len(judged) == 1 and judged[0].phase == "judge" and judged[0].text == "Same."
@@ -164,11 +177,15 @@ async def test_judge_runs_at_the_end_and_score_reads_it():
 
 async def test_failing_judge_leaves_the_item_done_but_unscored(store):
     runtime = Runtime(cache=store, max_reasks=1)
-    panel = Panel.of([ScriptedModel(responder=lambda r: {"answer": "Nivolumab first."}, runtime=runtime)])
-    result = await run_benchmark(store, RunConfig(dataset="inline", protocol="specialist", models=["s"], settings={"judge": "scripted:not json"}),
+    from medpanel.models import build_model
+
+    panel = Panel.of([ScriptedModel(responder=lambda r: {"answer": "Nivolumab first."}, runtime=runtime)],
+                     roles={"judge": build_model("scripted:not json", runtime)})
+    result = await run_benchmark(store, RunConfig(dataset="inline", protocol="specialist", models=["s"], roles={"judge": "scripted:not json"}),
                                  runtime, panel=panel, cases=[CASE])
     item = store.items(result.run_id)[0]
-    assert item["status"] == "done" and item["outcome"]["data"]["judge"]["status"] == "failed"
+    verdict = next(e["data"] for e in store.events(result.run_id, item["item_id"], item["repeat"]) if e["kind"] == "score")
+    assert item["status"] == "done" and verdict["status"] == "failed"
     scores = {s["name"]: s["value"] for s in store.scores(result.run_id)}
     assert scores["clinical_equivalence"] is None and scores["judge_failed"] == 1.0 and scores["answered"] == 1.0
 
@@ -217,8 +234,8 @@ async def test_bench_expands_specialist_questions_and_breaks_scores_down_by_type
     with MockServer(reply="choice") as srv:
         runtime = Runtime(cache=store)
         config = RunConfig(dataset=str(ROOT / "examples"), protocol="specialist", models=['scripted:{"answer": "Radiotherapy alone."}'],
-                           settings={"judge": f"openai:judge@{srv.base_url}"})
-        result = await run_benchmark(store, config, runtime, panel=build_panel(config.models, runtime))
+                           roles={"judge": f"openai:judge@{srv.base_url}"})
+        result = await run_benchmark(store, config, runtime, panel=build_panel(config.models, runtime, config.roles))
     items = store.items(result.run_id)
     from medpanel.cases import load_dataset
 

@@ -10,8 +10,19 @@ import pytest
 from conftest import MEDPANEL, ROOT
 from medpanel.errors import UsageError
 
-pytest.importorskip("rouge_score", reason="ROUGE-L needs the text-metrics extra: pip install -e '.[text-metrics]'")
 from medpanel.scoring.text import bertscore, rouge_l
+
+
+def test_loading_bertscore_leaves_the_environment_as_it_was(monkeypatch):
+    import os
+
+    from medpanel.scoring import text
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "0")
+    with text._hub_offline():
+        assert os.environ["HF_HUB_OFFLINE"] == os.environ["TRANSFORMERS_OFFLINE"] == "1"
+    assert "HF_HUB_OFFLINE" not in os.environ and os.environ["TRANSFORMERS_OFFLINE"] == "0"
 
 
 def test_rouge_l_by_hand():

@@ -44,7 +44,9 @@ def secrets() -> set[str]:
         names = set(_secret_envs)
     for name, value in os.environ.items():
         if (name in names or name.endswith("_API_KEY")) and value and len(value) >= MIN_SECRET_LEN:
-            found.add(value.strip())
+            # the value as set, and without the newline or spaces a shell or a key file adds; str.strip()
+            # alone would also eat Unicode spaces that are part of the key (a key of NEL characters vanished)
+            found.update({value, value.strip(" \t\r\n")})
     return {s for s in found if len(s) >= MIN_SECRET_LEN}
 
 

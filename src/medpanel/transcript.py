@@ -6,9 +6,9 @@ import json
 import time
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Callable, Iterator, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 EventKind = Literal["turn", "vote", "score", "decision", "note", "error"]
 
@@ -37,37 +37,38 @@ item_transcripts: ContextVar[list["Transcript"] | None] = ContextVar("item_trans
 
 class Transcript(BaseModel):
     events: list[Event] = Field(default_factory=list)
+    _listener: Callable[[Event], Any] | None = PrivateAttr(default=None)
 
     def model_post_init(self, __context: Any) -> None:
         collected = item_transcripts.get()
         if collected is not None:
             collected.append(self)
 
-    def add(self, kind: EventKind, text: str = "", **fields: Any) -> Event:
-        event = Event(kind=kind, text=text, **fields)
-        self.events.append(event)
-        return event
+    def listen(self, listener: Callable[[Event], Any] | None) -> "Transcript":
+        """Hand every event recorded from now on to `listener` (the run context's, see medpanel.context)."""
+        self._listener = listener
+        return self
 
-    def add_reply(self, reply: Any, *, speaker: str, role: str = "", round: int = 0, phase: str = "", data: dict | None = None) -> Event:
-        """Record a model Reply as a turn, carrying its usage and latency; a reply cut by its token budget
-        gets `truncated: true` in its data (its text alone does not say so)."""
-        if getattr(reply, "finish_reason", None) == "length":
-            data = {**(data or {}), "truncated": True}
-        return self.add(
-            "turn",
-            reply.text,
-            speaker=speaker,
-            role=role,
-            model=reply.model,
-            round=round,
-            phase=phase,
-            data=data or {},
-            input_tokens=reply.usage.input_tokens,
-            output_tokens=reply.usage.output_tokens,
-            latency_s=reply.latency_s,
-            cost_usd=reply.cost_usd,
-            cached=reply.cached,
-        )
+    def record(self, kind: EventKind, text: str | None = None, *, reply: Any = None, **fields: Any) -> Event:
+        """Append one event and hand it to the listener: the one recorder every protocol and scorer uses.
+
+        With `reply` (a model Reply) the event carries its model, usage, latency, cost and cache flag, its
+        text defaults to the reply's, and a reply cut by its token budget gets `truncated: true` in its data
+        (the text alone does not say so)."""
+        if reply is not None:
+            if getattr(reply, "truncated", False) or getattr(reply, "finish_reason", None) == "length":
+                fields["data"] = {**(fields.get("data") or {}), "truncated": True}
+            usage = reply.usage
+            fields = {"model": reply.model, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
+                      "latency_s": reply.latency_s, "cost_usd": reply.cost_usd, "cached": reply.cached, **fields}
+            text = reply.text if text is None else text
+        if fields.get("data") is None:
+            fields.pop("data", None)
+        event = Event(kind=kind, text=text or "", **fields)
+        self.events.append(event)
+        if self._listener is not None:
+            self._listener(event)
+        return event
 
     def __iter__(self) -> Iterator[Event]:  # type: ignore[override]
         return iter(self.events)

@@ -1,6 +1,9 @@
 """The `medpanel` command line. Thin on purpose: it parses, calls the library, and prints.
 
-Every option can also be set by an environment variable named MEDPANEL_<OPTION> (shown in --help).
+Every option can also be set by an environment variable named MEDPANEL_<OPTION> (shown in --help); an
+option whose meaning differs between commands has one variable per command (MEDPANEL_BOARD_MAX_TOKENS,
+MEDPANEL_CONSULT_MAX_TOKENS, ...). The options every model-calling command shares (store, cache, timeout,
+re-asks, prices, caps) are bound once, by common.bind_options.
 Bad input exits with status 2 and a short message saying what to fix; no tracebacks.
 Each module below registers its commands on the shared Typer app.
 """
@@ -10,7 +13,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from medpanel.cli import core, board, judge, debate, osce, consult, scoring, replay, report  # noqa: F401, I001  (importing registers the commands, in help order)
+from medpanel.cli import core, board, ask, judge, debate, osce, consult, scoring, replay, report  # noqa: F401, I001  (importing registers the commands, in help order)
 from medpanel.cli.common import app, err, styled
 from medpanel.errors import MedpanelError
 

@@ -8,69 +8,75 @@ from typing import Annotated, Optional
 
 import typer
 
-from medpanel.cli.common import (JsonOpt, NoCacheOpt, StoreOpt,
-                                 TimeoutOpt, app, err, make_runtime, open_store, out, print_json, styled)
+from medpanel.cli.common import JsonOpt, RunOptions, app, bind_options, err, out, print_json, styled
 from medpanel.errors import UsageError
 from medpanel.cli.core import exit_on_failed_items, loads_local, progress_event, single_item_failed  # noqa: E402
 
 
-
-def _seats(pairs: list[str] | None) -> dict[str, str]:
-    seats: dict[str, str] = {}
-    for pair in pairs or []:
-        role, sep, spec = pair.partition("=")
-        if not sep or not role.strip() or not spec.strip():
+def board_roles(seat: list[str] | None, human: list[str] | None, judge: str | None) -> dict[str, str]:
+    """RunConfig.roles from --seat ROLE=MODEL, --human ROLE and --judge: a titled seat by its title, the
+    moderator as the function role `moderator`, a person as `human:<Title>`."""
+    roles: dict[str, str] = {}
+    for pair in seat or []:
+        title, sep, spec = pair.partition("=")
+        if not sep or not title.strip() or not spec.strip():
             raise UsageError(f"--seat '{pair}' is not ROLE=MODEL.", 'Write e.g. --seat "Radiation Oncologist=openai:gpt-4o-mini".')
-        seats[role.strip()] = spec.strip()
-    return seats
+        roles["moderator" if title.strip().lower() == "moderator" else title.strip()] = spec.strip()
+    for title in (h.strip() for h in human or []):
+        key = "moderator" if title.lower() == "moderator" else title
+        if key in roles:
+            raise UsageError(f"'{title}' is given both a model (--seat) and a person (--human).", "Give each role one of them.")
+        roles[key] = f"human:{title}"
+    if judge:
+        roles["judge"] = judge
+    return roles
 
 
 @app.command()
+@bind_options(timeout=300.0)
 def board(
     case: Annotated[Path, typer.Argument(help="Case file (YAML/JSON) or a folder holding case.yaml.")],
     model: Annotated[str, typer.Option("--model", "-m", envvar="MEDPANEL_MODEL", help="Model spec (the writer, or the default for every seat with --live).")] = "local",
     live: Annotated[bool, typer.Option("--live", envvar="MEDPANEL_LIVE", help="Hold the meeting with a moderator agent and one agent per specialist.")] = False,
-    seat: Annotated[Optional[list[str]], typer.Option("--seat", envvar="MEDPANEL_SEAT", help="ROLE=MODEL: give a role its own model (repeatable; implies --live).")] = None,
+    seat: Annotated[Optional[list[str]], typer.Option("--seat", envvar="MEDPANEL_SEAT", help="ROLE=MODEL: give a role (Moderator included) its own model (repeatable; implies --live).")] = None,
     human: Annotated[Optional[list[str]], typer.Option("--human", envvar="MEDPANEL_HUMAN", help="ROLE a person takes at this terminal (repeatable; implies --live).")] = None,
-    max_turns: Annotated[int, typer.Option("--max-turns", envvar="MEDPANEL_MAX_TURNS", min=1, max=40, help="Live board: bound on specialist turns.")] = 6,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Written board: tokens for the meeting; live: per turn, at most 400 (default: fit the seat; written 600 on the embedded model, 4096 on others; live 400 per turn on the embedded model, 1024 on others; reasoning models 16000 more).")] = None,
-    store: StoreOpt = None,
-    no_cache: NoCacheOpt = False,
-    timeout: TimeoutOpt = 300.0,
+    judge: Annotated[Optional[str], typer.Option("--judge", "-j", envvar="MEDPANEL_JUDGE", help="Also grade the meeting with this judge model: conclusion alignment, four decisions, consistency.")] = None,
+    max_turns: Annotated[int, typer.Option("--max-turns", envvar="MEDPANEL_BOARD_MAX_TURNS", min=1, max=40, help="Live board: bound on specialist turns.")] = 6,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_BOARD_MAX_TOKENS", min=16, help="Written board: tokens for the meeting; live: per turn, at most 400 (default: fit the seat; written 600 on the embedded model, 4096 on others; live 400 per turn on the embedded model, 1024 on others; reasoning models 16000 more).")] = None,
     as_json: JsonOpt = False,
+    *,
+    opts: RunOptions,
 ) -> None:
     """Hold a tumor board on one case and store it as a run: one model writes the meeting, or (--live) a
     moderator agent gives the floor to specialist agents and people, turn by turn."""
     from medpanel.cases import load_case
+    from medpanel.context import RunContext
+    from medpanel.models import build_model
     from medpanel.protocols import get_protocol
-    from medpanel.protocols.base import build_settings
     from medpanel.runs.runner import RunConfig, run_benchmark
 
     loaded = load_case(case)
-    db = open_store(store)
-    runtime = make_runtime(db, no_cache=no_cache, timeout=timeout)
     live = live or bool(seat) or bool(human)
+    roles = board_roles(seat, human, judge)
+    db, runtime = opts.start()
     protocol = get_protocol("board-live" if live else "board")
+    on_event = progress_event  # --json: one line per turn on stderr
     if live:
-        stored = {"max_turns": max_turns, "seats": _seats(seat), "humans": list(human or [])}
-        from medpanel.models import build_model
-
+        stored: dict = {"max_turns": max_turns}
+        default = build_model(model, runtime)  # read for its capabilities and id only; the runner builds the seats
         if max_tokens is not None:
             stored["turn_tokens"] = min(max_tokens, 400)
-        elif build_model(model, runtime).small:
+        elif default.small:
             stored["turn_tokens"] = 400  # what this command always gave a small model per turn: its meetings stay as they were
-        settings = build_settings(protocol.settings, stored, protocol.name)
-        settings.on_event = progress_event  # --json: one line per turn on stderr
         if not as_json:  # stream the meeting as it happens; name a seat's model when it is not the default one
-            default_id = build_model(model, runtime).id
-            settings.on_event = lambda e: out.print(styled((e.speaker, "bold cyan"), f" ({e.model})" if e.model not in ("", default_id) else "", ": ", e.text))
+            on_event = lambda e: out.print(styled((e.speaker, "bold cyan"), f" ({e.model})" if e.model not in ("", default.id) else "", ": ", e.text))  # noqa: E731
     else:
         stored = {"max_tokens": max_tokens} if max_tokens is not None else {}
-        settings = build_settings(protocol.settings, stored, protocol.name)
-    config = RunConfig(dataset=str(case), protocol=protocol.name, models=[model], settings=stored)
+        on_event = progress_event if as_json else None  # the written meeting is printed whole at the end
+    config = RunConfig(dataset=str(case), protocol=protocol.name, models=[model], settings=stored, roles=roles)
     if not as_json:
-        err.print(f"{'Live tumor board' if live else 'Tumor board'} on {loaded.id} with {model}{loads_local(model, *(seat or []))}...", style="dim")
-    result = asyncio.run(run_benchmark(db, config, runtime, protocol=protocol, cases=[loaded], settings=settings))
+        err.print(f"{'Live tumor board' if live else 'Tumor board'} on {loaded.id} with {model}{loads_local(model, judge, *(seat or []))}...", style="dim")
+    result = asyncio.run(run_benchmark(db, config, runtime, protocol=protocol, cases=[loaded], context=RunContext(on_event=on_event)))
     items = db.items(result.run_id)
     events = db.events(result.run_id, loaded.id)
     if as_json:
@@ -89,4 +95,8 @@ def board(
         out.print(styled("\n", ("Conclusion", "bold green"), ": ", outcome.get("answer") or "(the model wrote no conclusion block)"))
     else:
         out.print(styled("\n", ("Conclusion", "bold green"), ": ", str(outcome.get("answer"))))
+    judging = [s for s in protocol.scorers if s.role == "judge"]
+    judged = {row["name"]: row["value"] for row in db.scores(result.run_id) if any(s.declares(row["name"]) for s in judging)}
+    if judged:
+        out.print("judges: " + ", ".join(f"{name} {'-' if value is None else f'{value:g}'}" for name, value in judged.items()))
     err.print(f"run {result.run_id} · parse {outcome['data'].get('parse_status')} · see it again with: medpanel show {result.run_id} --item {loaded.id}", style="dim")

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import inspect
 import json
 import re
+import typing
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -84,16 +89,81 @@ def open_store(path: Path | None, *, create: bool = True):
     return db
 
 
-def make_runtime(store, *, no_cache=False, prices=None, max_calls=None, max_tokens=None, max_dollars=None, timeout=120.0, max_reasks=2):
-    from medpanel.models.budget import Budget
-    from medpanel.models.pricing import PriceTable
-    from medpanel.models.runtime import Runtime
+@dataclass(frozen=True)
+class RunOptions:
+    """What every command that calls a model shares: where calls are stored and cached, how long one may
+    take, how often a bad reply is re-asked, what they cost and the caps on them. Each field is declared
+    once here, with its flag, MEDPANEL_ variable and help; a command takes `*, opts: RunOptions` and
+    `@bind_options()` turns the fields into its options. It builds its store and runtime with `opts.start()`."""
 
-    table = PriceTable.default()
-    if prices:
-        table.load(prices)
-    return Runtime(cache=store, use_cache=not no_cache, budget=Budget(max_calls, max_tokens, max_dollars),
-                   prices=table, timeout_s=timeout, max_reasks=max_reasks)
+    store: StoreOpt = None
+    no_cache: NoCacheOpt = False
+    timeout: TimeoutOpt = 120.0
+    max_reasks: ReasksOpt = 2
+    prices: PricesOpt = None
+    max_calls: MaxCallsOpt = None
+    max_tokens_total: MaxTokensOpt = None
+    max_dollars: MaxDollarsOpt = None
+
+    def open_store(self):
+        return open_store(self.store)
+
+    def runtime(self, store):
+        """A runtime over `store` (its cache and call log) with these options' prices, caps and limits."""
+        from medpanel.models.budget import Budget
+        from medpanel.models.pricing import PriceTable
+        from medpanel.models.runtime import Runtime
+
+        table = PriceTable.default()
+        if self.prices:
+            table.load(self.prices)
+        return Runtime(cache=store, use_cache=not self.no_cache, budget=Budget(self.max_calls, self.max_tokens_total, self.max_dollars),
+                       prices=table, timeout_s=self.timeout, max_reasks=self.max_reasks)
+
+    def start(self):
+        """(store, runtime): the store opened (created if new) and a runtime over it."""
+        db = self.open_store()
+        return db, self.runtime(db)
+
+
+def _option_group(annotation: Any) -> bool:
+    return isinstance(annotation, type) and dataclasses.is_dataclass(annotation)
+
+
+def bind_options(**defaults: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Bind option groups to a command. Each keyword-only parameter annotated with an options dataclass
+    (RunOptions, the judges' JudgeOptions) is replaced, in the signature Typer reads, by that class's
+    fields (each a Typer-annotated option), put before --json so help keeps --json last; the command is
+    called with the group built from them. `defaults` give this command its own default for a field
+    (a deliberation's --timeout is longer than a chat's)."""
+
+    def bind(command: Callable[..., Any]) -> Callable[..., Any]:
+        signature = inspect.signature(command, eval_str=True)  # Typer reads annotations as objects, not strings
+        groups = {name: p.annotation for name, p in signature.parameters.items()
+                  if p.kind is inspect.Parameter.KEYWORD_ONLY and _option_group(p.annotation)}
+        own = [p for name, p in signature.parameters.items() if name not in groups]
+        fields = {name: [(f, typing.get_type_hints(cls, include_extras=True)[f.name]) for f in dataclasses.fields(cls)]
+                  for name, cls in groups.items()}
+        # Keyword-only, so a required field (no default) may follow options that have one.
+        added = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=hint,
+                                   default=defaults.get(f.name, inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default))
+                 for group in fields.values() for f, hint in group]
+        clash = ({p.name for p in added} & {p.name for p in own}) | (set(defaults) - {p.name for p in added})
+        if not groups or clash:
+            raise TypeError(f"{command.__name__}: bind_options needs a keyword-only options parameter; clashing or unknown: {sorted(clash)}")
+        at = next((i for i, p in enumerate(own) if p.name == "as_json"), len(own))
+        parameters = [*own[:at], *added, *(p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own[at:])]
+
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            built = {name: groups[name](**{f.name: kwargs.pop(f.name) for f, _ in group if f.name in kwargs}) for name, group in fields.items()}
+            return command(*args, **kwargs, **built)
+
+        wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": signature.return_annotation}
+        return wrapper
+
+    return bind
 
 
 # json.dumps escapes C0 controls itself, not DEL, C1 or lone surrogates (which stdout cannot even encode).

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.table import Table
 
-from medpanel.cli.common import (JsonOpt, NoCacheOpt, ReasksOpt, StoreOpt, TimeoutOpt, app, err, make_runtime, open_store,
-                                 out, parse_sets, print_json, score_app, styled)
+from medpanel.cli.common import JsonOpt, RunOptions, app, bind_options, err, out, parse_sets, print_json, score_app, styled
 from medpanel.errors import UsageError
 from medpanel.cli.core import loads_local, progress_event, single_item_failed  # noqa: E402
 
 CONSULT_PROTOCOLS = ("consult", "baseline", "baseline-note")
+
+
+def _consult_protocol(name: str):
+    """The consult protocol or baseline named by --protocol; any other protocol is refused."""
+    from medpanel.protocols import get_protocol
+
+    if name not in CONSULT_PROTOCOLS:
+        raise UsageError(f"'{name}' is not a consult protocol.", f"Use one of: {', '.join(CONSULT_PROTOCOLS)}.")
+    return get_protocol(name)
 
 
 def _seat_spec(spec: str, seat: str) -> str:
@@ -73,31 +80,28 @@ def _print_metrics(scores: dict[str, Any]) -> None:
 
 
 @app.command()
+@bind_options(timeout=300.0)
 def consult(
     note_file: Annotated[str, typer.Argument(help="A case YAML/JSON, a plain-text note with MIMIC-style 'Heading:' sections, or codiesp:<dev index or document id>.")],
     physician: Annotated[str, typer.Option("--physician", envvar="MEDPANEL_PHYSICIAN", help="Model spec in the physician's chair, or 'human'.")] = "local",
     assistant: Annotated[Optional[str], typer.Option("--assistant", envvar="MEDPANEL_ASSISTANT", help="Model spec in the assistant's chair, or 'human' (default: the physician's model; 'local' when the physician is human).")] = None,
     protocol: Annotated[str, typer.Option("--protocol", "-p", envvar="MEDPANEL_CONSULT_PROTOCOL", help="consult, or a baseline: baseline (chief complaint only), baseline-note (full note).")] = "consult",
-    max_turns: Annotated[int, typer.Option("--max-turns", envvar="MEDPANEL_MAX_TURNS", min=3, max=200, help="Messages in all, the discharge included; past it the consult is unfinished.")] = 20,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Tokens per question, answer and discharge (default: fit the seat; 256 on the embedded model, 1024 on others, reasoning models 16000 more).")] = None,
+    max_turns: Annotated[int, typer.Option("--max-turns", envvar="MEDPANEL_CONSULT_MAX_TURNS", min=3, max=200, help="Messages in all, the discharge included; past it the consult is unfinished.")] = 20,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_CONSULT_MAX_TOKENS", min=16, help="Tokens per question, answer and discharge (default: fit the seat; 256 on the embedded model, 1024 on others, reasoning models 16000 more).")] = None,
     sections: Annotated[Optional[str], typer.Option("--sections", envvar="MEDPANEL_SECTIONS", help="For a text note: sections the assistant sees, comma-separated (default: chief complaint, history of present illness, physical exam, pertinent results).")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", envvar="MEDPANEL_CONSULT_SET", help="Protocol setting KEY=VALUE (repeatable), e.g. --set min_questions=2.")] = None,
-    store: StoreOpt = None,
-    no_cache: NoCacheOpt = False,
-    timeout: TimeoutOpt = 300.0,
-    max_reasks: ReasksOpt = 2,
     as_json: JsonOpt = False,
+    *,
+    opts: RunOptions,
 ) -> None:
     """A physician with only the chief complaint consults an assistant holding the note, then writes the discharge (MedSyn); stored as a run."""
     from medpanel.cases.notes import load_consult_case
-    from medpanel.models import build_model
-    from medpanel.protocols import Panel, get_protocol
+    from medpanel.context import RunContext
     from medpanel.protocols.base import build_settings
     from medpanel.protocols.consult import ASSISTANT, PHYSICIAN, briefing
     from medpanel.runs.runner import RunConfig, run_benchmark
 
-    if protocol not in CONSULT_PROTOCOLS:
-        raise UsageError(f"'{protocol}' is not a consult protocol.", f"Use one of: {', '.join(CONSULT_PROTOCOLS)}.")
+    spec = _consult_protocol(protocol)
     from medpanel.scoring.icd10 import code_table
 
     visible = tuple(s.strip().lower() for s in sections.split(",") if s.strip()) if sections else None
@@ -110,23 +114,12 @@ def consult(
         settings["max_turns"] = max_turns
     else:
         settings.pop("max_tokens", None)
-    spec = get_protocol(protocol)
     build_settings(spec.settings, settings, spec.name)  # unknown keys and bad values: a usage error naming the settings
 
-    db = open_store(store)
-    runtime = make_runtime(db, no_cache=no_cache, timeout=timeout, max_reasks=max_reasks)
-    physician_model = build_model(physician_spec, runtime)
-    chairs = [physician_model] if assistant_spec == physician_spec else [physician_model, build_model(assistant_spec, runtime)]
-    panel = Panel.of(chairs, names=[physician_spec, assistant_spec][: len(chairs)])
-    config = RunConfig(dataset=note_file, protocol=protocol, models=[physician_spec, assistant_spec], settings=settings)
-
-    if as_json:  # no dialogue on stdout, but a line per turn on stderr
-        quiet = spec
-
-        async def run_progress(c, p, s):
-            return await quiet.run(c, p, s.model_copy(update={"on_event": progress_event}))
-
-        spec = dataclasses.replace(spec, run=run_progress)
+    db, runtime = opts.start()
+    # One chair's spec for both: one model in both chairs (the protocol seats the first twice), as `bench -m M` does.
+    chairs = [physician_spec] if assistant_spec == physician_spec else [physician_spec, assistant_spec]
+    config = RunConfig(dataset=note_file, protocol=protocol, models=chairs, settings=settings)
     if not as_json:
         err.print(f"{protocol} on {case.id}: physician {physician_spec}"
                   + (f", assistant {assistant_spec}" if protocol == "consult" else "") + f"{loads_local(physician_spec, assistant_spec)}...", style="dim")
@@ -134,14 +127,9 @@ def consult(
         for seat, seat_spec in ((PHYSICIAN, physician_spec), (ASSISTANT, assistant_spec)):
             if seat_spec.startswith("human") and (seat == PHYSICIAN or protocol == "consult"):
                 _say(f"\n{briefing(case, seat)}\n")
-        # Show the dialogue as it happens, without the hook ever reaching the stored settings.
-        inner = spec
-
-        async def run_live(c, p, s):
-            return await inner.run(c, p, s.model_copy(update={"on_event": _show_event}))
-
-        spec = dataclasses.replace(spec, run=run_live)
-    result = asyncio.run(run_benchmark(db, config, runtime, protocol=spec, panel=panel, cases=[case]))
+    # The dialogue as it happens (--json: a line per turn on stderr, stdout stays JSON).
+    context = RunContext(on_event=progress_event if as_json else _show_event)
+    result = asyncio.run(run_benchmark(db, config, runtime, protocol=spec, cases=[case], context=context))
     items = db.items(result.run_id)
     item = items[0] if items else None
     if item is None or item["status"] != "done":

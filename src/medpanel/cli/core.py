@@ -12,8 +12,8 @@ from rich import box
 from rich.table import Column, Table
 
 from medpanel import __version__
-from medpanel.cli.common import (JsonOpt, MaxCallsOpt, MaxDollarsOpt, MaxTokensOpt, NoCacheOpt, PricesOpt, ReasksOpt, StoreOpt,
-                                 TimeoutOpt, app, err, make_runtime, open_store, out, parse_sets, print_json, split_models, styled)
+from medpanel.cli.common import (JsonOpt, RunOptions, StoreOpt, app, bind_options, err, open_store, out, parse_sets, print_json,
+                                 split_models, styled)
 from medpanel.errors import BudgetExceeded, MedpanelError, UsageError
 
 
@@ -77,22 +77,21 @@ def models(as_json: JsonOpt = False) -> None:
 
 
 @app.command()
+@bind_options()
 def chat(
     model: Annotated[str, typer.Argument(help="Model spec, e.g. local or openai:gpt-4o-mini.")],
     message: Annotated[str, typer.Argument(help="What to say.")],
     system: Annotated[Optional[str], typer.Option("--system", envvar="MEDPANEL_SYSTEM", help="System prompt.")] = None,
     temperature: Annotated[float, typer.Option("--temperature", envvar="MEDPANEL_TEMPERATURE", min=0.0, max=2.0)] = 0.0,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=1)] = 256,
-    store: StoreOpt = None,
-    no_cache: NoCacheOpt = False,
-    timeout: TimeoutOpt = 120.0,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", envvar="MEDPANEL_CHAT_MAX_TOKENS", min=1, help="Most tokens in the reply.")] = 256,
     as_json: JsonOpt = False,
+    *,
+    opts: RunOptions,
 ) -> None:
     """Send one message to one model and print the reply."""
     from medpanel.models import build_model
 
-    db = open_store(store)
-    m = build_model(model, make_runtime(db, no_cache=no_cache, timeout=timeout))
+    m = build_model(model, opts.start()[1])
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": message}]
 
     async def go():
@@ -139,6 +138,7 @@ def _progress_printer(json_mode: bool):
 
 
 @app.command()
+@bind_options()
 def bench(
     dataset: Annotated[Optional[str], typer.Argument(help="Dataset name (medqa, medqa5, medqa-hard), a case file or folder, or a JSONL of cases.")] = None,
     protocol: Annotated[str, typer.Option("--protocol", "-p", envvar="MEDPANEL_PROTOCOL", help="Protocol to run (single, board, ...).")] = "single",
@@ -149,15 +149,9 @@ def bench(
     resume: Annotated[Optional[str], typer.Option("--resume", envvar="MEDPANEL_RESUME", help="Finish a run: only its missing or failed items are run.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", envvar="MEDPANEL_SET", help="Protocol setting KEY=VALUE (repeatable).")] = None,
     run_id: Annotated[Optional[str], typer.Option("--run-id", envvar="MEDPANEL_RUN_ID", help="Id for a new run (default: time-based).")] = None,
-    store: StoreOpt = None,
-    no_cache: NoCacheOpt = False,
-    prices: PricesOpt = None,
-    max_calls: MaxCallsOpt = None,
-    max_tokens_total: MaxTokensOpt = None,
-    max_dollars: MaxDollarsOpt = None,
-    timeout: TimeoutOpt = 120.0,
-    max_reasks: ReasksOpt = 2,
     as_json: JsonOpt = False,
+    *,
+    opts: RunOptions,
 ) -> None:
     """Run a protocol over a dataset, item by item into the store; resumable.
 
@@ -175,7 +169,7 @@ def bench(
         if ignored:
             raise UsageError(f"--resume finishes a run as it was started; {', '.join(ignored)} cannot change it.",
                              f"Drop {', '.join(ignored)}, or start a new run without --resume.")
-    db = open_store(store)
+    db, runtime = opts.start()
     if resume:
         run_id = db.resolve_run_id(resume)
         # Concurrency changes how fast, never what: the resumed part runs at the one given now.
@@ -185,8 +179,6 @@ def bench(
             raise UsageError("No dataset given.", "Name one: medpanel bench medqa --models local --limit 10.")
         config = RunConfig(dataset=dataset, protocol=protocol, models=split_models(models) or ["local"], repeats=runs,
                            limit=limit, concurrency=concurrency, settings=parse_sets(set_))
-    runtime = make_runtime(db, no_cache=no_cache, prices=prices, max_calls=max_calls, max_tokens=max_tokens_total,
-                       max_dollars=max_dollars, timeout=timeout, max_reasks=max_reasks)
     bar, hook = _progress_printer(as_json)
     try:
         with bar:

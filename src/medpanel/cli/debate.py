@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from medpanel.cli.common import (JsonOpt, NoCacheOpt, PricesOpt, StoreOpt, TimeoutOpt, app, err, make_runtime, open_store, out,
-                                 parse_sets, print_json, split_models, styled)
+from medpanel.cli.common import JsonOpt, RunOptions, app, bind_options, err, out, parse_sets, print_json, split_models, styled
 from medpanel.errors import UsageError
 from medpanel.cli.core import exit_on_failed_items, loads_local, progress_event, single_item_failed  # noqa: E402
 
@@ -37,10 +35,12 @@ def _inline_case(question: str | None, options: list[str] | None, answer: str | 
 
 def _settings(mode: str, spec, base: dict[str, Any]) -> dict[str, Any]:
     """Only the settings the chosen protocol has; an explicit option it lacks is an error, not silently dropped."""
-    fields = spec.settings.model_fields
+    from medpanel.protocols.base import setting_names
+
+    fields = setting_names(spec.settings)
     unknown = [k for k, v in base.items() if v is not None and k not in fields]
     if unknown:
-        raise UsageError(f"The {mode} debate has no setting {', '.join(unknown)}.", f"Its settings: {', '.join(f for f in fields if f != 'on_event')}.")
+        raise UsageError(f"The {mode} debate has no setting {', '.join(unknown)}.", f"Its settings: {', '.join(fields)}.")
     return {k: v for k, v in base.items() if v is not None}
 
 
@@ -62,6 +62,7 @@ def _printer(options: dict[str, str]):
 
 
 @app.command("debate")
+@bind_options(timeout=300.0)
 def debate_command(
     case_file: Annotated[Optional[Path], typer.Argument(metavar="CASE", help="Case file (YAML/JSON) with a question (and options). Or use --question.")] = None,
     question: Annotated[Optional[str], typer.Option("--question", "-q", envvar="MEDPANEL_QUESTION", help="The question, when no case file is given.")] = None,
@@ -74,20 +75,19 @@ def debate_command(
     peer_context: Annotated[Optional[str], typer.Option("--peer-context", envvar="MEDPANEL_PEER_CONTEXT", help="What seats see of their peers: full (answers with reasons) or choice.")] = None,
     tie_policy: Annotated[Optional[str], typer.Option("--tie-policy", envvar="MEDPANEL_TIE_POLICY", help="A tied final vote: abstain, first-model or random-seeded.")] = None,
     temperature: Annotated[float, typer.Option("--temperature", envvar="MEDPANEL_TEMPERATURE", min=0.0, max=2.0, help="Sampling temperature; replicas of one model differ only above 0.")] = 0.0,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Most tokens per answer (default: fit the seat; mcq 512 on the embedded model, 2048 on others; reasoning models get 16000 more).")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_DEBATE_MAX_TOKENS", min=16, help="Most tokens per answer (default: fit the seat; mcq 512 on the embedded model, 2048 on others; reasoning models get 16000 more).")] = None,
     seed: Annotated[Optional[int], typer.Option("--seed", envvar="MEDPANEL_SEED", help="Seat i samples with seed + i.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", envvar="MEDPANEL_SET", help="Any other protocol setting KEY=VALUE (repeatable), e.g. peer_max_chars=2000.")] = None,
-    store: StoreOpt = None,
-    no_cache: NoCacheOpt = False,
-    prices: PricesOpt = None,
-    timeout: TimeoutOpt = 300.0,
     as_json: JsonOpt = False,
+    *,
+    opts: RunOptions,
 ) -> None:
     """A panel of models debates one question: independent answers, debate where they differ, a vote if needed."""
     from medpanel.cases import load_case
+    from medpanel.context import RunContext
     from medpanel.protocols import get_protocol
     from medpanel.protocols.base import build_settings
-    from medpanel.runs.runner import RunConfig, build_panel, run_benchmark
+    from medpanel.runs.runner import RunConfig, run_benchmark
 
     if mode not in MODES:
         raise UsageError(f"Unknown mode '{mode}'.", f"Use --mode {' or --mode '.join(MODES)}.")
@@ -99,13 +99,7 @@ def debate_command(
     seats = split_models(models)
     if len(seats) < 2 and mode == "mcq":
         raise UsageError(f"A debate needs at least two seats; got {len(seats)}.", "Pass --models a,b,c (e.g. --models local,local,local with --temperature 0.7).")
-    if mode == "mcq":
-        spec = get_protocol("debate")
-    else:
-        try:
-            spec = get_protocol("longform")
-        except (ImportError, AttributeError):  # built separately; absent from older checkouts
-            raise UsageError("The long-form debate is not available in this installation yet.", "Use --mode mcq, or update medpanel.") from None
+    spec = get_protocol("debate" if mode == "mcq" else "longform")
 
     settings = _settings(mode, spec, {
         "max_rounds": rounds, "order": order, "peer_context": peer_context, "tie_policy": tie_policy,
@@ -114,26 +108,13 @@ def debate_command(
     }) | parse_sets(set_)
     build_settings(spec.settings, settings, spec.name)  # an unknown or invalid --set is a usage error here, before any call
 
-    db = open_store(store)
-    runtime = make_runtime(db, no_cache=no_cache, prices=prices, timeout=timeout)
-    panel = build_panel(seats, runtime)
+    db, runtime = opts.start()
     config = RunConfig(dataset=str(case_file) if case_file else "command line", protocol=spec.name, models=seats, settings=settings)
-    streaming = spec
-    if as_json:  # no transcript on stdout, but a line per answer and critique on stderr
-
-        async def run_progress(c, p, s):
-            return await spec.run(c, p, s.model_copy(update={"on_event": progress_event}))
-
-        streaming = dataclasses.replace(spec, run=run_progress)
+    # --json: no transcript on stdout, but a line per answer and critique on stderr; else the debate as it happens.
+    on_event = progress_event if as_json else _printer(case.options)
     if not as_json:
-        printer = _printer(case.options)
-
-        async def run_streaming(c, p, s):
-            return await spec.run(c, p, s.model_copy(update={"on_event": printer}))
-
-        streaming = dataclasses.replace(spec, run=run_streaming)
-        err.print(f"{spec.name} on '{case.id}' with {', '.join(panel.seats)}{loads_local(*seats)}...", style="dim")
-    result = asyncio.run(run_benchmark(db, config, runtime, protocol=streaming, panel=panel, cases=[case]))
+        err.print(f"{spec.name} on '{case.id}' with {', '.join(seats)}{loads_local(*seats)}...", style="dim")
+    result = asyncio.run(run_benchmark(db, config, runtime, protocol=spec, cases=[case], context=RunContext(on_event=on_event)))
     items = db.items(result.run_id)
     item = items[0] if items else None
     if as_json:

@@ -7,22 +7,7 @@ from typing import Annotated
 
 import typer
 
-from medpanel.cli.common import (
-    JsonOpt,
-    NoCacheOpt,
-    ReasksOpt,
-    StoreOpt,
-    TimeoutOpt,
-    app,
-    err,
-    make_runtime,
-    open_store,
-    out,
-    parse_sets,
-    print_json,
-    split_models,
-    styled,
-)
+from medpanel.cli.common import JsonOpt, RunOptions, app, bind_options, err, out, parse_sets, print_json, split_models, styled
 from medpanel.errors import UsageError
 from medpanel.cli.core import exit_on_failed_items, loads_local, progress_event, single_item_failed  # noqa: E402
 
@@ -49,13 +34,8 @@ def show_event(event) -> None:
         out.print(f"  {event.phase} · {event.speaker}: {short}", style="dim")
 
 
-def _settings(protocol, stored: dict):
-    from medpanel.protocols.base import build_settings
-
-    return build_settings(protocol.settings, stored, protocol.name)  # unknown keys and bad values: a usage error naming the settings
-
-
 @app.command()
+@bind_options(timeout=300.0)
 def osce(
     scenario: Annotated[str, typer.Argument(help="agentclinic:INDEX, agentclinic-extended:INDEX, a case id (agentclinic-3) or a case file.")],
     patient: Annotated[str, typer.Option("--patient", envvar="MEDPANEL_PATIENT", help="Who plays the patient: a model spec, or 'human' to play it yourself.")] = "local",
@@ -63,38 +43,37 @@ def osce(
     moderator: Annotated[str | None, typer.Option("--moderator", envvar="MEDPANEL_MODERATOR", help="Moderator model spec (default: the first doctor's model).")] = None,
     judge: Annotated[str | None, typer.Option("--judge", envvar="MEDPANEL_JUDGE", help="Model that judges the metrics (default: the moderator's model).")] = None,
     max_exchanges: Annotated[int, typer.Option("--max-exchanges", envvar="MEDPANEL_MAX_EXCHANGES", min=1, max=50, help="Rounds of history-taking questions.")] = 5,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Tokens per proposal, revision, merge or diagnosis (default: fit the seat; 600 on the embedded model, 1024 on others, reasoning models 16000 more).")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", envvar="MEDPANEL_OSCE_MAX_TOKENS", min=16, help="Tokens per proposal, revision, merge or diagnosis (default: fit the seat; 600 on the embedded model, 1024 on others, reasoning models 16000 more).")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", envvar="MEDPANEL_SET", help="Other protocol setting KEY=VALUE (repeatable), e.g. max_rounds=2.")] = None,
-    store: StoreOpt = None,
-    no_cache: NoCacheOpt = False,
-    timeout: TimeoutOpt = 300.0,
-    max_reasks: ReasksOpt = 2,
     as_json: JsonOpt = False,
+    *,
+    opts: RunOptions,
 ) -> None:
     """Run an OSCE consultation: the panel takes the history from a simulated (or human) patient, diagnoses,
     and is scored on PICR, PRQR, PDA and SDA. Streams the dialogue; stored as a run."""
     from medpanel.cases.osce import resolve_scenario
+    from medpanel.context import RunContext
     from medpanel.protocols import get_protocol
+    from medpanel.protocols.base import build_settings
     from medpanel.protocols.dialogue import render_record
     from medpanel.runs.runner import RunConfig, run_benchmark
 
     case = resolve_scenario(scenario)
     doctors = split_models(models) or DEFAULT_DOCTORS
-    stored = {**parse_sets(set_), "patient": patient, "max_exchanges": max_exchanges}
-    stored.update({k: v for k, v in (("moderator", moderator), ("judge", judge), ("max_tokens", max_tokens)) if v})
+    stored = {**parse_sets(set_), "max_exchanges": max_exchanges} | ({"max_tokens": max_tokens} if max_tokens else {})
+    # The patient, moderator and judge are panel roles; those not given take the protocol's defaults.
+    roles = {"patient": patient} | {k: v for k, v in (("moderator", moderator), ("judge", judge)) if v}
     protocol = get_protocol("osce")
-    settings = _settings(protocol, stored)
-    db = open_store(store)
-    runtime = make_runtime(db, no_cache=no_cache, timeout=timeout, max_reasks=max_reasks)
-    settings.on_event = progress_event  # --json: one line per event on stderr
+    build_settings(protocol.settings, stored, protocol.name)  # unknown keys and bad values: a usage error naming the settings
+    db, runtime = opts.start()
     if not as_json:
-        settings.on_event = show_event
         err.print(f"OSCE on {case.id} · doctors {', '.join(doctors)} · patient {patient}{loads_local(patient, moderator, judge, *doctors)}...", style="dim")
         if patient.strip() == "human":
             actor = (case.metadata.get("osce") or {}).get("patient_actor") or {}
             out.print(styled(("You play the patient.", "bold"), " Answer only from this role; say \"I don't know\" to anything else.\n", render_record(actor), "\n"))
-    config = RunConfig(dataset=scenario, protocol="osce", models=doctors, settings=stored)
-    result = asyncio.run(run_benchmark(db, config, runtime, protocol=protocol, cases=[case], settings=settings))
+    config = RunConfig(dataset=scenario, protocol="osce", models=doctors, settings=stored, roles=roles)
+    context = RunContext(on_event=progress_event if as_json else show_event)  # --json: one line per event on stderr
+    result = asyncio.run(run_benchmark(db, config, runtime, protocol=protocol, cases=[case], context=context))
     items = db.items(result.run_id)
     item = items[0] if items else None
     scores = {r["name"]: r["value"] for r in db.scores(result.run_id)}
@@ -113,22 +92,22 @@ def osce(
 
 
 @app.command()
+@bind_options(timeout=300.0)
 def summarize(
     run: Annotated[str, typer.Argument(help="Run id, a unique prefix of it, or 'last'.")] = "last",
     item: Annotated[str | None, typer.Option("--item", envvar="MEDPANEL_ITEM", help="Item id (default: the run's only item).")] = None,
     repeat: Annotated[int, typer.Option("--repeat", envvar="MEDPANEL_REPEAT", min=0, help="Which repeat of the item.")] = 0,
     model: Annotated[str | None, typer.Option("--model", "-m", envvar="MEDPANEL_SUMMARY_MODEL", help="Model that writes the summary; without it, a deterministic outline.")] = None,
-    max_tokens: Annotated[int | None, typer.Option("--max-tokens", envvar="MEDPANEL_MAX_TOKENS", min=16, help="Tokens for the summary (default: 600 on the embedded model, 2048 on others).")] = None,
-    store: StoreOpt = None,
-    no_cache: NoCacheOpt = False,
-    timeout: TimeoutOpt = 300.0,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", envvar="MEDPANEL_SUMMARY_MAX_TOKENS", min=16, help="Tokens for the summary (default: 600 on the embedded model, 2048 on others).")] = None,
     as_json: JsonOpt = False,
+    *,
+    opts: RunOptions,
 ) -> None:
     """Summarise one stored deliberation for a clinician: key reasoning, stance shifts, evidence, consensus."""
     from medpanel.models import build_model
     from medpanel.protocols.summary import outline_debate, summarize_debate
 
-    db = open_store(store)
+    db = opts.open_store()
     run_id = db.resolve_run_id(run)
     if item is None:
         ids = sorted({i["item_id"] for i in db.items(run_id)})
@@ -141,7 +120,7 @@ def summarize(
     outline = outline_debate(events)
     summary = None
     if model:
-        summariser = build_model(model, make_runtime(db, no_cache=no_cache, timeout=timeout))
+        summariser = build_model(model, opts.runtime(db))
 
         async def go() -> str:
             try:

@@ -34,30 +34,141 @@ CLOSING_ALLOWANCE = 64
 _CLOSING_CHARS = frozenset(b'"}]')
 
 
+@dataclass(frozen=True)
+class Penalties:
+    """Repetition penalties beyond OpenAI's two (which come per request): what keeps a small model from
+    looping or copying its context. Every one is a deterministic function of the tokens so far, so greedy
+    decoding stays repeatable. The defaults change nothing.
+
+    repeat_penalty   llama.cpp's (CTRL's): a token seen in the last `repeat_last_n` tokens of the context
+                     (prompt included) has a positive logit divided by it, a negative one multiplied.
+    dry_*            DRY ("don't repeat yourself", p-e-w's sampler as in llama.cpp): a token that would extend
+                     a sequence already in the context (prompt included, last `dry_last_n` tokens, -1 all) that
+                     is at least `dry_allowed_length` tokens long loses dry_multiplier * dry_base ** (length -
+                     dry_allowed_length) from its logit. Matches do not run across sequence breakers: control
+                     tokens (the chat template's turn markers) and tokens holding any of `dry_breakers`
+                     (llama.cpp's default: newline, colon, quote, asterisk). A breaker is never penalised
+                     itself, so a JSON string can always be closed (llama.cpp would penalise it; here it would
+                     break JSON).
+    """
+
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_last_n: int = -1
+    dry_breakers: tuple[str, ...] = ("\n", ":", '"', "*")
+
+    @property
+    def active(self) -> bool:
+        return self.repeat_penalty != 1.0 or self.dry_multiplier > 0
+
+
+NO_PENALTIES = Penalties()
+DRY_BREAKERS = NO_PENALTIES.dry_breakers  # llama.cpp's default sequence breakers
+DRY_MAX_MATCH = 64  # longer matches are penalised as this long (the penalty is enormous well before)
+
+
+def breaker_mask(llama: Any, breakers: Sequence[str] = DRY_BREAKERS) -> np.ndarray:
+    """True for every vocabulary token whose text holds a sequence breaker, and for control tokens."""
+    import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(llama.model)
+    n_vocab = int(llama.n_vocab())
+    mask = np.zeros(n_vocab, dtype=bool)
+    for token in range(n_vocab):
+        piece = llama.detokenize([token], special=True).decode("utf-8", errors="ignore")
+        mask[token] = not piece or any(b in piece for b in breakers) or bool(llama_cpp.llama_vocab_is_control(vocab, token))
+    return mask
+
+
+def dry_match_lengths(history: np.ndarray, breakers: np.ndarray, max_match: int = DRY_MAX_MATCH) -> dict[int, int]:
+    """For each token that would continue an earlier occurrence of the context's ending: the length of the
+    longest such ending (DRY's match length). Breaker tokens end a match and are never candidates."""
+    n = len(history)
+    if n < 2 or breakers[history[-1]]:
+        return {}
+    pos = np.nonzero(history[:-1] == history[-1])[0]  # earlier places where the last token occurred
+    nxt = history[pos + 1]
+    keep = ~breakers[nxt]
+    pos, nxt = pos[keep], nxt[keep]
+    if not pos.size:
+        return {}
+    length = np.ones(pos.size, dtype=np.int64)
+    alive = np.ones(pos.size, dtype=bool)
+    for k in range(1, max_match):
+        tail = n - 1 - k
+        if tail < 0 or breakers[history[tail]]:
+            break
+        back = pos - k
+        alive &= back >= 0
+        alive[alive] = history[back[alive]] == history[tail]
+        if not alive.any():
+            break
+        length += alive
+    out: dict[int, int] = {}
+    for token, size in zip(nxt.tolist(), length.tolist()):
+        if size > out.get(token, 0):
+            out[token] = size
+    return out
+
+
 class Sampler:
-    """Picks a token from logits: argmax when temperature is 0, else a seeded draw (with optional top-p)."""
+    """Picks a token from logits: argmax when temperature is 0, else a seeded draw (with optional top-p).
+
+    `penalties` (and the frequency / presence penalties) reshape the logits first; the repeat penalty and
+    DRY look at the whole context, so the decode loop tells the sampler the prompt (`begin`), each token
+    it picks (`record`) and each run the grammar forces (`observe`). DRY needs `breakers` (breaker_mask)."""
 
     def __init__(self, temperature: float = 0.0, top_p: float | None = None, seed: int | None = None,
-                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0) -> None:
+                 frequency_penalty: float = 0.0, presence_penalty: float = 0.0,
+                 penalties: Penalties = NO_PENALTIES, breakers: np.ndarray | None = None) -> None:
         self.temperature = temperature
         self.top_p = top_p
         self.rng = np.random.default_rng(seed)
         self.frequency_penalty = frequency_penalty
         self.presence_penalty = presence_penalty
+        self.penalties = penalties
+        if penalties.dry_multiplier > 0 and breakers is None:
+            raise ValueError("DRY needs the vocabulary's sequence breakers (breaker_mask)")
+        self.breakers = breakers
         self.counts: dict[int, int] = {}  # how often each token was generated so far
+        self.history: list[int] = []  # the context: prompt, then every token fed after it
+
+    def begin(self, prompt: Sequence[int]) -> None:
+        self.history = list(prompt)
+
+    def observe(self, tokens: Sequence[int]) -> None:
+        """Tokens that entered the context without being sampled (a grammar's forced run)."""
+        self.history.extend(tokens)
 
     def penalise(self, logits: np.ndarray) -> np.ndarray:
-        """OpenAI-style repetition penalties over what this reply generated so far."""
-        if not self.counts or (not self.frequency_penalty and not self.presence_penalty):
+        """OpenAI-style penalties over what this reply generated so far, then the repeat penalty and DRY."""
+        openai = bool(self.counts) and bool(self.frequency_penalty or self.presence_penalty)
+        if not openai and not self.penalties.active:
             return logits
-        tokens = np.fromiter(self.counts.keys(), dtype=np.int64)
-        counts = np.fromiter(self.counts.values(), dtype=np.float32)
         out = logits.copy()
-        out[tokens] -= counts * self.frequency_penalty + self.presence_penalty
+        if openai:
+            tokens = np.fromiter(self.counts.keys(), dtype=np.int64)
+            counts = np.fromiter(self.counts.values(), dtype=np.float32)
+            out[tokens] -= counts * self.frequency_penalty + self.presence_penalty
+        p = self.penalties
+        if p.repeat_penalty != 1.0 and p.repeat_last_n != 0 and self.history:
+            recent = self.history if p.repeat_last_n < 0 else self.history[-p.repeat_last_n:]
+            seen = np.unique(np.asarray(recent, dtype=np.int64))
+            values = out[seen]
+            out[seen] = np.where(values > 0, values / p.repeat_penalty, values * p.repeat_penalty)
+        if p.dry_multiplier > 0 and len(self.history) > 1:
+            window = self.history if p.dry_last_n < 0 else self.history[-p.dry_last_n:]
+            for token, length in dry_match_lengths(np.asarray(window, dtype=np.int64), self.breakers).items():
+                if length >= p.dry_allowed_length:
+                    out[token] -= p.dry_multiplier * p.dry_base ** (length - p.dry_allowed_length)
         return out
 
     def record(self, token: int) -> None:
         self.counts[token] = self.counts.get(token, 0) + 1
+        self.history.append(token)
 
     @property
     def greedy(self) -> bool:
@@ -243,23 +354,61 @@ class DecodeResult:
     masks: int = 0  # steps that needed a full token mask
     forced: int = 0  # tokens fed as grammar-forced runs
     seconds: float = 0.0
+    reused: int = 0  # prompt tokens whose KV state was already in the context (not evaluated again)
+
+    @property
+    def evaluated(self) -> int:
+        """Prompt tokens this call evaluated."""
+        return self.prompt_tokens - self.reused
 
 
-def prime(llama: Any, prompt: Sequence[int]) -> None:
-    """Evaluate the prompt, reusing the longest prefix already in the KV cache from the last call."""
-    cached = llama.input_ids[: llama.n_tokens]
-    common = 0
-    for a, b in zip(cached, prompt):
-        if a != b:
-            break
-        common += 1
-    common = min(common, len(prompt) - 1)  # re-evaluate at least one token so the logits are fresh
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two sequences share."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    differ = np.nonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))[0]
+    return int(differ[0]) if differ.size else n
+
+
+def batches(tokens: Sequence[int], size: int) -> list[list[int]]:
+    """`tokens` in evaluation batches of at most `size`, none of a single token (unless there is only one)."""
+    chunks = [list(tokens[i : i + size]) for i in range(0, len(tokens), size)]
+    if len(chunks) > 1 and len(chunks[-1]) == 1:
+        chunks[-1].insert(0, chunks[-2].pop())
+    return chunks
+
+
+def prime(llama: Any, prompt: Sequence[int]) -> int:
+    """Evaluate the prompt, reusing the longest prefix already in the KV cache. Returns how many prompt
+    tokens were reused (the rest were evaluated).
+
+    Why reuse never changes an answer: llama.cpp computes a token's KV the same, bit for bit, in any
+    batch of two or more tokens wherever the batch starts, but not always when the token is evaluated
+    alone (measured on the embedded model). So every prompt token but the last is evaluated in batches
+    of two or more, from scratch or after a reused prefix alike; the last goes alone, as on a full cache
+    hit, so the logits come from the same computation whatever was cached; and after the call the
+    context is cut back to those batch-evaluated tokens (`settle`), dropping the lone last token and the
+    reply, which were evaluated one by one. What is reused is then exactly what evaluating from scratch
+    would compute."""
+    common = min(common_prefix(llama.input_ids[: llama.n_tokens], prompt), len(prompt) - 1)
+    if len(prompt) - 1 - common == 1 and common > 0:
+        common -= 1  # never a lone token before the last one
     llama.n_tokens = max(common, 0)  # `eval` drops the cache past n_tokens
-    # The last prompt token goes alone, as it does on a full cache hit: logits then come from the same
-    # computation whatever was cached, so a seeded sampled call repeats exactly.
-    if len(prompt) - llama.n_tokens > 1:
-        llama.eval(list(prompt[llama.n_tokens : -1]))
+    for chunk in batches(prompt[llama.n_tokens : -1], llama.n_batch):
+        llama.eval(chunk)
     llama.eval(list(prompt[-1:]))
+    return max(common, 0)
+
+
+def settle(llama: Any, prompt: Sequence[int], reused: int) -> None:
+    """After a call: keep in the context only the prompt tokens evaluated in batches (see `prime`)."""
+    import llama_cpp
+
+    keep = len(prompt) - 1 if len(prompt) - 1 - reused >= 2 or len(prompt) - 1 == reused else reused
+    keep = max(0, min(keep, llama.n_tokens))
+    llama.n_tokens = keep
+    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llama.ctx), 0, keep, -1)
 
 
 def decode(
@@ -279,17 +428,27 @@ def decode(
     to CLOSING_ALLOWANCE more tokens, steered to closing quotes and brackets, so it always parses.
     `lazy=False` masks every step (only for measuring what rejection-first saves).
     """
-    import llama_cpp
-
     started = time.perf_counter()
     n_ctx = llama.n_ctx()
     if len(prompt) >= n_ctx:
         raise OverflowError(f"the prompt has {len(prompt)} tokens but the context holds {n_ctx}")
     room = n_ctx - len(prompt)
     limit = min(room, max_tokens + (CLOSING_ALLOWANCE if constraint is not None else 0))
+    reused = prime(llama, prompt)
+    try:
+        return _generate(llama, prompt, reused, started, limit, max_tokens, sampler, constraint, stop, deadline, lazy)
+    finally:
+        settle(llama, prompt, reused)
+
+
+def _generate(llama: Any, prompt: Sequence[int], reused: int, started: float, limit: int, max_tokens: int, sampler: Sampler,
+              constraint: JsonConstraint | None, stop: Sequence[str], deadline: float | None, lazy: bool) -> DecodeResult:
+    """The decode loop proper, after the prompt (see `decode`)."""
+    import llama_cpp
+
     vocab = llama_cpp.llama_model_get_vocab(llama.model)
     n_vocab = llama.n_vocab()
-    prime(llama, prompt)
+    sampler.begin(prompt)
 
     out: list[int] = []
     pieces = bytearray()
@@ -306,6 +465,7 @@ def decode(
             if run:  # bytes the grammar dictates: one batched eval instead of a step per token
                 constraint.consume_all(run)
                 out.extend(run)
+                sampler.observe(run)
                 forced += len(run)
                 if not constraint.done and len(out) < limit:
                     llama.eval(run)
@@ -339,4 +499,4 @@ def decode(
         cuts = [text.find(s) for s in stop if s and s in text]
         if cuts:
             text, finish = text[: min(cuts)], "stop"
-    return DecodeResult(text, out, len(prompt), finish, masks, forced, time.perf_counter() - started)
+    return DecodeResult(text, out, len(prompt), finish, masks, forced, time.perf_counter() - started, reused)

@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from medpanel.cases.model import Case
 from medpanel.errors import BudgetExceeded, ModelCallError, UsageError
 from medpanel.models.base import Model
+from medpanel.scoring.metrics import MetricKind
+from medpanel.scoring.scorer import Scorer
 from medpanel.transcript import Transcript
 
 
@@ -71,14 +73,22 @@ def seat_labels(seats: Any) -> dict[str, str]:
     return {seat: f"Panelist {i}" for i, seat in enumerate(seats, 1)}
 
 
+# The panel's function roles besides its seats. Any other role name is a seat a protocol gives a title
+# (the live board's "Radiologist"); every role is built by the runner from the run's config.
+FUNCTION_ROLES = ("patient", "moderator", "judge")
+
+
 @dataclass
 class Panel:
-    """Seats at the table, in order: seat name -> model. A seat name is what the transcript calls the speaker."""
+    """Seats at the table, in order (seat name -> model; the name is what the transcript calls the
+    speaker), and the named roles beside them (patient, moderator, judge, a titled seat -> model).
+    The runner builds every model here from the run's config and records it; a protocol builds none."""
 
     seats: dict[str, Model] = field(default_factory=dict)
+    roles: dict[str, Model] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, models: list[Model], names: list[str] | None = None) -> "Panel":
+    def of(cls, models: list[Model], names: list[str] | None = None, roles: dict[str, Model] | None = None) -> "Panel":
         names = names or [m.id for m in models]
         seats: dict[str, Model] = {}
         for name, model in zip(names, models):
@@ -86,12 +96,24 @@ class Panel:
             while unique in seats:  # the same model seated twice gets #2, #3 ...
                 unique, n = f"{name}#{n}", n + 1
             seats[unique] = model
-        return cls(seats)
+        return cls(seats, dict(roles or {}))
 
     def first(self) -> tuple[str, Model]:
         if not self.seats:
             raise UsageError("The panel is empty.", "Give at least one model with --models.")
         return next(iter(self.seats.items()))
+
+    def role(self, name: str, default: Model | None = None) -> Model | None:
+        """The model in role `name`, else `default`."""
+        return self.roles.get(name, default)
+
+    def titled_seats(self) -> dict[str, Model]:
+        """Roles that are seats with a title (not patient, moderator or judge), in config order."""
+        return {name: model for name, model in self.roles.items() if name not in FUNCTION_ROLES}
+
+    def models(self) -> list[Model]:
+        """Every distinct model on the panel, seats then roles (to close them once at the end)."""
+        return list(dict.fromkeys([*self.seats.values(), *self.roles.values()]))
 
     def __len__(self) -> int:
         return len(self.seats)
@@ -116,8 +138,7 @@ async def gather_seats(calls: list[Awaitable[Any]], seats: list[str], where: str
     return results
 
 
-ProtocolFn = Callable[[Case, Panel, Any], Awaitable[Outcome]]
-ScoreFn = Callable[[Case, Outcome], dict[str, float | None]]
+ProtocolFn = Callable[..., Awaitable[Outcome]]  # (case, panel, settings, context=None) -> Outcome
 
 
 @dataclass(frozen=True)
@@ -125,7 +146,7 @@ class ProtocolSpec:
     name: str
     run: ProtocolFn
     settings: type[BaseModel]
-    score: ScoreFn
+    scorers: tuple[Scorer, ...]
     description: str
     min_models: int = 1
     # The items a case yields for this protocol (e.g. one per specialist question); default: the case itself.
@@ -133,3 +154,14 @@ class ProtocolSpec:
     # Case fields every item must have (checked by the runner before any call, so a dataset that cannot
     # run this protocol is refused up front instead of failing item by item).
     needs: tuple[str, ...] = ()
+    # Roles the protocol uses besides the seats, with the spec each defaults to when the run names none:
+    # a model spec, "@seat" (the first seat's spec) or "@ROLE" (that role's spec). Absent: optional.
+    role_defaults: dict[str, str] = field(default_factory=dict)
+
+    def metric_kind(self, name: str) -> MetricKind | None:
+        """The kind one of this protocol's scorers declares for score `name`, if any does."""
+        for scorer in self.scorers:
+            kind = scorer.declares(name)
+            if kind is not None:
+                return kind
+        return None

@@ -15,10 +15,14 @@ import asyncio
 from pydantic import Field
 
 from medpanel.cases.model import Case
+from medpanel.context import RunContext, quiet
 from medpanel.errors import BudgetExceeded, ModelCallError
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
-from medpanel.protocols.debate import PanelSettings, answer_messages, initial_answers, majority_vote, seat_options, tie_half_credit
+from medpanel.protocols.debate import PanelSettings, initial_answers, majority_vote, seat_options, tie_half_credit
+from medpanel.protocols.single import answer, answer_messages
 from medpanel.scoring.exact import exact_match, read_choice
+from medpanel.scoring.metrics import PROPORTION, UNIT
+from medpanel.scoring.scorer import pure
 from medpanel.transcript import Transcript
 
 
@@ -34,18 +38,18 @@ class SelfConsistencySettings(PanelSettings):
 
 def _decide(transcript: Transcript, choices: list[str | None], settings: PanelSettings, case: Case) -> dict:
     result = majority_vote(choices, settings.tie_policy, seed=settings.tie_seed, key=case.id).as_dict(settings.tie_policy)
-    event = transcript.add("decision", result["answer"] or "", speaker="Panel", phase="decision", data={"choice": result["answer"], **result})
-    settings.emit(event)
+    transcript.record("decision", result["answer"] or "", speaker="Panel", phase="decision", data={"choice": result["answer"], **result})
     return result
 
 
-async def run_vote(case: Case, panel: Panel, settings: VoteSettings) -> Outcome:
+async def run_vote(case: Case, panel: Panel, settings: VoteSettings, context: RunContext | None = None) -> Outcome:
+    context = quiet(context)
     case.require("question", "options", protocol="vote")
-    transcript = Transcript()
+    transcript = context.transcript()
     stances = await initial_answers(case, panel, settings, transcript)
     choices = {seat: st.choice for seat, st in stances.items()}
     for seat, choice in choices.items():
-        transcript.add("vote", choice or "", speaker=seat, phase="vote", data={"choice": choice})
+        transcript.record("vote", choice or "", speaker=seat, phase="vote", data={"choice": choice})
     decision = _decide(transcript, list(choices.values()), settings, case)
     return Outcome(answer=decision["answer"], transcript=transcript,
                    data={"initial_choices": choices, "decision": decision, "parsed": decision["answer"] is not None})
@@ -66,13 +70,14 @@ def score_vote(case: Case, outcome: Outcome) -> dict[str, float | None]:
     return scores
 
 
-async def run_self_consistency(case: Case, panel: Panel, settings: SelfConsistencySettings) -> Outcome:
+async def run_self_consistency(case: Case, panel: Panel, settings: SelfConsistencySettings, context: RunContext | None = None) -> Outcome:
+    context = quiet(context)
     case.require("question", "options", protocol="self-consistency")
     seat, model = panel.first()
-    messages = answer_messages(case)
+    messages = answer_messages(case, model.small)
 
     async def draw(i: int):
-        reply = await model.complete(messages, **seat_options(settings, i, settings.k, model))
+        reply = await answer(model, messages, case, **seat_options(settings, i, settings.k, model))
         return reply, read_choice(reply.text, case.options)
 
     results = await asyncio.gather(*(draw(i) for i in range(settings.k)), return_exceptions=True)
@@ -84,12 +89,11 @@ async def run_self_consistency(case: Case, panel: Panel, settings: SelfConsisten
             raise ModelCallError(f"Sample {i} of {model.id} failed: {result.problem}", result.fix, kind=result.kind, model=result.model or model.id) from result
         if isinstance(result, BaseException):
             raise result
-    transcript = Transcript()
+    transcript = context.transcript()
     choices: list[str | None] = []
     for i, (reply, read) in enumerate(results):  # type: ignore[misc]
-        event = transcript.add_reply(reply, speaker=f"{seat}~{i}", role="sample", round=i, phase="sample",
-                                     data={**read.as_data(), "sample_index": i})
-        settings.emit(event)
+        transcript.record("turn", reply=reply, speaker=f"{seat}~{i}", role="sample", round=i, phase="sample",
+                          data={**read.as_data(), "sample_index": i})
         choices.append(read.choice)
     decision = _decide(transcript, choices, settings, case)
     return Outcome(answer=decision["answer"], transcript=transcript,
@@ -112,7 +116,13 @@ def score_self_consistency(case: Case, outcome: Outcome) -> dict[str, float | No
     }
 
 
-VOTE = ProtocolSpec(name="vote", run=run_vote, settings=VoteSettings, score=score_vote, min_models=1, needs=("question", "options"),
-                    description="majority vote over the panel's independent first answers")
+# Kinds as medpanel.scoring.metrics declares them.
+_VOTED = {"accuracy": PROPORTION, "parsed": PROPORTION, "tie": PROPORTION, "accuracy_tie_half": UNIT}
+VOTE_METRICS = {**_VOTED, "unanimous": PROPORTION, "initial_accuracy.*": PROPORTION}
+SELF_CONSISTENCY_METRICS = {**_VOTED, "sample_accuracy": UNIT, "agreement": UNIT}
+
+VOTE = ProtocolSpec(name="vote", run=run_vote, settings=VoteSettings, scorers=(pure("vote", score_vote, VOTE_METRICS),),
+                    min_models=1, needs=("question", "options"), description="majority vote over the panel's independent first answers")
 SELF_CONSISTENCY = ProtocolSpec(name="self-consistency", run=run_self_consistency, settings=SelfConsistencySettings,
-                                score=score_self_consistency, needs=("question", "options"), description="k sampled answers of one model, majority vote")
+                                scorers=(pure("self-consistency", score_self_consistency, SELF_CONSISTENCY_METRICS),),
+                                needs=("question", "options"), description="k sampled answers of one model, majority vote")

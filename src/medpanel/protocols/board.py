@@ -3,26 +3,34 @@
 The written meeting is parsed leniently into a Transcript (one turn per speaker line) plus the
 board's conclusion, so the same scorers apply to it as to a live board.
 
+A small model (`model.small`: the embedded one, or one marked small) cannot hold the whole meeting's
+form in one reply, so by default it writes the meeting turn by turn under constraints
+(protocols/board_small.py: code chooses the case's specialists and gives the floor, the model answers
+each question in one or two sentences and states the plan), rendered into the same tagged format.
+
 `max_tokens` unset fits the writer: 600 for the whole meeting on a small model (the embedded one), 4096
-on others, plus REASONING_ALLOWANCE where hidden reasoning counts (see Model.token_budget). A meeting
-cut by the budget is recorded as truncated (and the format score treats it so).
+on others, plus REASONING_ALLOWANCE where hidden reasoning counts (see Model.token_budget). Turn by turn,
+the meeting's budget is shared out: one share per specialist's turn, two for the plan. A meeting cut by
+the budget is recorded as truncated (and the format score treats it so).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field
 
 from medpanel.cases.model import Case
-from medpanel.models import build_model
+from medpanel.context import RunContext, quiet
 from medpanel.models.messages import Message
+from medpanel.models.base import Model, Reply
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings
-from medpanel.scoring import judges
-from medpanel.scoring.board_format import parse_board_response, score_format
-from medpanel.scoring.text import bertscore, rouge_l
-from medpanel.transcript import Transcript
+from medpanel.protocols.board_small import MODERATOR, SmallMeeting, board_roles, opening_text, question_for, reply_sentences
+from medpanel.scoring.board_format import parse_board_response, render_board, score_format
+from medpanel.scoring.judges import BERTSCORE, BOARD_JUDGE, DEFAULT_MAX_TOKENS
+from medpanel.scoring.metrics import metric_kind
+from medpanel.scoring.scorer import pure
+from medpanel.scoring.text import rouge_l
 
 SYSTEM = (
     "You write the record of a multidisciplinary tumor board meeting. From the case summary and the "
@@ -32,32 +40,15 @@ SYSTEM = (
     "<conclusion>Two to four sentences stating the agreed plan.</conclusion>"
 )
 
-class MeetingScoring(Settings):
-    """What to score a meeting with beyond its format and ROUGE-L: both board protocols take these."""
 
-    judge: str | None = None  # model spec of the judge: conclusion alignment, four decisions, consistency
+class MeetingScoring(Settings):
+    """How the scorers read a meeting beyond its format and ROUGE-L: both board protocols take these.
+    The judge itself is the panel's `judge` role (the run's config), not a setting."""
+
     judge_prompt_files: dict[str, str] = Field(default_factory=dict)  # rubric -> the paper's own prompt file
     judge_mode: Literal["medpanel", "released"] = "medpanel"  # released: the benchmark's own evaluation (docs/judges.md)
+    judge_max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=16)  # medpanel mode; released uses the release's budgets
     bertscore: bool = False  # BERTScore of the conclusion with the bundled MiniLM (the text-metrics extra)
-    _scopes: judges.ScopeBook = PrivateAttr(default_factory=judges.ScopeBook)  # decision scopes, frozen per reference for the run
-
-
-async def judge_meeting(case: Case, outcome: Outcome, settings: MeetingScoring, runtime) -> None:
-    """Run the requested judges and BERTScore on a finished meeting; results go into outcome.data and the transcript."""
-    if settings.judge:
-        judge = build_model(settings.judge, runtime)
-        try:
-            results = await judges.judge_board(judge, case, outcome.data.get("raw", ""), scopes=settings._scopes,
-                                               prompt_files=settings.judge_prompt_files or None, mode=settings.judge_mode)
-        finally:
-            await judge.aclose()
-        for result in results.values():
-            judges.record(outcome.transcript, result)
-        outcome.data["judges"] = {name: r.model_dump(mode="json") for name, r in results.items()}
-    if settings.bertscore and case.reference.conclusion:
-        result = await asyncio.to_thread(bertscore, [outcome.answer or ""], [case.reference.conclusion])
-        outcome.data["bertscore_f1"] = result.f1[0]
-        outcome.data["bertscore_note"] = result.note
 
 
 class BoardSettings(MeetingScoring):
@@ -65,9 +56,10 @@ class BoardSettings(MeetingScoring):
 
     temperature: float = 0.0
     max_tokens: int | None = Field(default=None, ge=16)  # the whole meeting; None: fit the writer
-    # "auto": small embedded models write the meeting as schema-constrained JSON (they cannot hold the
-    # tag format on their own), rendered back into the tag format; every other model writes the tags.
-    structured: Literal["auto", "always", "never"] = "auto"
+    # "auto": a small model (model.small: the embedded one, or one marked small) writes the meeting turn
+    # by turn ("turns", see board_small.py); every other model writes the tags ("never"). "always": the
+    # whole meeting as one schema-constrained JSON reply, rendered back into the tag format.
+    structured: Literal["auto", "always", "never", "turns"] = "auto"
     frequency_penalty: float | None = None  # None: the model's default (0)
 
 
@@ -81,8 +73,7 @@ class WrittenMeeting(BaseModel):
     conclusion: str = Field(description="two to four sentences stating the agreed plan", max_length=600)
 
     def as_tagged_text(self) -> str:
-        lines = [f"<turn {i}> {t.role}: {t.text}" for i, t in enumerate(self.turns, 1)]
-        return "<discussion>\n" + "\n".join(lines) + "\n</discussion>\n<conclusion>" + self.conclusion + "</conclusion>"
+        return render_board(((t.role, t.text) for t in self.turns), self.conclusion)
 
 
 STRUCTURED_HINT = (
@@ -99,14 +90,17 @@ def board_prompt(case: Case) -> str:
     return f"CASE SUMMARY:\n{case.summary}\n\nSLIDE DESCRIPTIONS:\n{slides or case.slide_text()}"
 
 
-async def run(case: Case, panel: Panel, settings: BoardSettings) -> Outcome:
+async def run(case: Case, panel: Panel, settings: BoardSettings, context: RunContext | None = None) -> Outcome:
+    context = quiet(context)
     case.require("summary", protocol="board")
     seat, model = panel.first()
-    user = Message(role="user", content=board_prompt(case), images=case.images() if model.supports_vision else [])
-    structured = settings.structured == "always" or (settings.structured == "auto" and model.provider == "local")
     options = {"temperature": settings.temperature, "max_tokens": settings.tokens_for(model)}
     if settings.frequency_penalty is not None:
         options["frequency_penalty"] = settings.frequency_penalty
+    if settings.structured == "turns" or (settings.structured == "auto" and model.small):
+        return await write_by_turns(case, model, settings, context, options)
+    user = Message(role="user", content=board_prompt(case), images=case.images() if model.supports_vision else [])
+    structured = settings.structured == "always"
     if structured:
         reply = await model.complete([Message(role="system", content=SYSTEM + "\n\n" + STRUCTURED_HINT), user], schema=WrittenMeeting, **options)
         written = reply.text
@@ -114,37 +108,84 @@ async def run(case: Case, panel: Panel, settings: BoardSettings) -> Outcome:
     else:
         reply = await model.complete([Message(role="system", content=SYSTEM), user], **options)
     parsed = parse_board_response(reply.text)
-    transcript = Transcript()
-    transcript.add_reply(reply, speaker=seat, role="board writer", phase="simulation",
-                         data={"parse_status": parsed.status, "structured": structured} | ({"json": written} if structured else {}))
+    transcript = context.transcript()
+    transcript.record("turn", reply=reply, speaker=seat, role="board writer", phase="simulation",
+                      data={"parse_status": parsed.status, "structured": structured} | ({"json": written} if structured else {}))
     for turn in parsed.turns:
-        transcript.add("turn", turn.text, speaker=turn.role, role=turn.role, model=reply.model, round=turn.number, phase="discussion")
+        transcript.record("turn", turn.text, speaker=turn.role, role=turn.role, model=reply.model, round=turn.number, phase="discussion")
     if parsed.conclusion:
-        transcript.add("decision", parsed.conclusion, speaker="Board", phase="conclusion")
-    outcome = Outcome(answer=parsed.conclusion, transcript=transcript,
-                      data={"parse_status": parsed.status, "warnings": parsed.warnings, "turns": len(parsed.turns), "raw": reply.text,
-                            "output_tokens": reply.usage.output_tokens, "truncated": reply.truncated})
-    await judge_meeting(case, outcome, settings, model.runtime)
-    return outcome
+        transcript.record("decision", parsed.conclusion, speaker="Board", phase="conclusion")
+    return Outcome(answer=parsed.conclusion, transcript=transcript,
+                   data={"parse_status": parsed.status, "warnings": parsed.warnings, "turns": len(parsed.turns), "raw": reply.text,
+                         "output_tokens": reply.usage.output_tokens, "truncated": reply.truncated})
 
 
-def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
-    """Judge-free scores of a written or live meeting: its format (the released reward's format term)
-    and ROUGE-L of its conclusion against the real board's. Judge and BERTScore results, when the
-    run asked for them, are read from the outcome's data."""
+def record_replies(transcript, replies: list[Reply], kind: str, text: str, **fields) -> None:
+    """A turn that took several calls: each earlier reply as a note (so every call's cost is on record),
+    the last one with what was kept of it."""
+    for earlier in replies[:-1]:
+        said = " ".join(reply_sentences(earlier.parsed)) if isinstance(earlier.parsed, dict) else None
+        transcript.record("note", said, reply=earlier, **{**fields, "phase": "asked again", "data": {"for": fields.get("phase")}})
+    transcript.record(kind, text, reply=replies[-1], **fields)
+
+
+async def write_by_turns(case: Case, model: Model, settings: BoardSettings, context: RunContext, options: dict) -> Outcome:
+    """The meeting turn by turn on one model (see board_small.py): code's opening and floor, the model's words."""
+    transcript = context.transcript()
+    roles = board_roles(case)
+    meeting = SmallMeeting(case, settings.temperature, {k: v for k, v in options.items() if k == "frequency_penalty"})
+    share = max(32, options["max_tokens"] // (len(roles) + 2))  # one share a turn, two for the plan
+    opening = opening_text(case, roles)
+    transcript.record("turn", opening, speaker=MODERATOR, role=MODERATOR, round=1, phase="discussion",
+                      data={"specialists": roles, "by": "code"})
+    said: list[tuple[str, str]] = []
+    replies: list[Reply] = []
+    for role in roles:
+        context.check()
+        transcript.record("note", question_for(role), speaker=MODERATOR, role=MODERATOR, phase="floor", data={"next_speaker": role})
+        text, got, dropped = await meeting.speak(model, role, said, share)
+        replies += got
+        fields = {"speaker": role, "role": role, "round": len(said) + 2, "phase": "discussion" if text else "repeated"}
+        record_replies(transcript, got, "turn" if text else "note", text or "(repeated the meeting; not recorded as a turn)",
+                       **fields, **({"data": {"dropped": dropped}} if dropped else {}))
+        if text:
+            said.append((role, text))
+    context.check()
+    conclusion, got = await meeting.conclude(model, said, 2 * share)
+    replies += got
+    record_replies(transcript, got, "decision", conclusion, speaker="Board", phase="conclusion")
+    raw = render_board([(MODERATOR, opening), *said], conclusion)
+    parsed = parse_board_response(raw)
+    return Outcome(answer=parsed.conclusion, transcript=transcript,
+                   data={"parse_status": parsed.status, "warnings": parsed.warnings, "turns": len(parsed.turns), "raw": raw,
+                         "structured": "turns", "roles": roles, "truncated": any(r.truncated for r in replies)})
+
+
+# ---------------------------------------------------------------- scorers (a written or live meeting alike)
+
+def format_scores(case: Case, outcome: Outcome) -> dict[str, float | None]:
+    """The meeting's format (the released reward's format term), whether it reached a conclusion, its turns."""
     data = outcome.data
     fmt = score_format(data.get("raw", ""), response_tokens=data.get("output_tokens") or None, truncated=bool(data.get("truncated")))
-    scores: dict[str, float | None] = {"format": fmt.score, "format_exact": 1.0 if fmt.exact else 0.0,
-                                       "has_conclusion": 1.0 if outcome.answer else 0.0, "turns": float(data.get("turns", 0))}
+    return {"format": fmt.score, "format_exact": 1.0 if fmt.exact else 0.0,
+            "has_conclusion": 1.0 if outcome.answer else 0.0, "turns": float(data.get("turns", 0))}
+
+
+def rouge_scores(case: Case, outcome: Outcome) -> dict[str, float | None]:
+    """ROUGE-L of the conclusion against the real board's, where there is one on file. No conclusion
+    is a format failure scored at the floor, never dropped."""
     reference = case.reference.conclusion
-    if reference:
-        # No conclusion is a format failure scored at the floor, never dropped.
-        scores["rouge_l"] = rouge_l(outcome.answer, reference).f1 if outcome.answer else 0.0
-    if data.get("bertscore_f1") is not None:
-        scores["bertscore_f1"] = float(data["bertscore_f1"])
-    if data.get("judges"):
-        scores |= judges.merged_scores([judges.JudgeResult.model_validate(r) for r in data["judges"].values()])
-    return scores
+    if not reference:
+        return {}
+    return {"rouge_l": rouge_l(outcome.answer, reference).f1 if outcome.answer else 0.0}
 
 
-SPEC = ProtocolSpec(name="board", run=run, settings=BoardSettings, score=score, needs=("summary",), description="one model writes a tumor-board meeting and its conclusion")
+MEETING_SCORERS = (
+    pure("format", format_scores, {name: metric_kind(name) for name in ("format", "format_exact", "has_conclusion", "turns")}),
+    pure("rouge", rouge_scores, {"rouge_l": metric_kind("rouge_l")}),
+    BERTSCORE,
+    BOARD_JUDGE,
+)
+
+SPEC = ProtocolSpec(name="board", run=run, settings=BoardSettings, scorers=MEETING_SCORERS, needs=("summary",),
+                    description="one model writes a tumor-board meeting and its conclusion")

@@ -30,11 +30,13 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, PrivateAttr, field_validator, model_validator
 
 from medpanel.cases.model import Case
+from medpanel.context import RunContext, quiet
 from medpanel.errors import UsageError
 from medpanel.models.base import Model, Reply
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings
 from medpanel.scoring.icd10 import EmptyPolicy, code_table, icd10_scores, metric_names, parse_codes, token_code
-from medpanel.transcript import Event, Transcript
+from medpanel.scoring.metrics import COUNT, PROPORTION, UNIT
+from medpanel.scoring.scorer import pure
 
 PHYSICIAN, ASSISTANT = "Physician", "Assistant"
 
@@ -207,7 +209,6 @@ class Discharge(BaseModel):
         return list(self._unread)
 
 
-EventHook = Callable[[Event], None]
 UnfinishedPolicy = Literal["empty", "exclude"]
 
 
@@ -224,8 +225,6 @@ class ConsultSettings(Settings):
     frequency_penalty: float | None = None
     empty_prediction: EmptyPolicy = "zero"
     unfinished: UnfinishedPolicy = Field(default="empty", description="an unfinished consult scores as an empty prediction (empty) or is left out of the ICD-10 means (exclude)")
-    # Called with every event as it is recorded, e.g. to show the dialogue live. Never stored.
-    on_event: EventHook | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
     def _room_to_submit(self) -> "ConsultSettings":
@@ -242,7 +241,6 @@ class BaselineSettings(Settings):
     discharge_max_tokens: int | None = Field(default=None, ge=16)
     frequency_penalty: float | None = None
     empty_prediction: EmptyPolicy = "zero"
-    on_event: EventHook | None = Field(default=None, exclude=True)
 
 
 # ---------------------------------------------------------------------------- what each seat sees
@@ -294,30 +292,6 @@ def seats(panel: Panel) -> tuple[tuple[str, Model], tuple[str, Model]]:
     return items[0], (items[1] if len(items) > 1 else items[0])
 
 
-class _Recorder:
-    """Appends events to the transcript and hands each to the live hook."""
-
-    def __init__(self, hook: EventHook | None) -> None:
-        self.transcript = Transcript()
-        self.hook = hook
-
-    def reply(self, reply: Reply, *, speaker: str, role: str, round: int, phase: str, data: dict | None = None, kind: str = "turn") -> Event:
-        if reply.truncated:  # cut by its token budget ("length", "max_tokens"): the text alone does not say so
-            data = {**(data or {}), "truncated": True}
-        event = self.transcript.add(kind, reply.text, speaker=speaker, role=role, model=reply.model, round=round, phase=phase,
-                                    data=data or {}, input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
-                                    latency_s=reply.latency_s, cost_usd=reply.cost_usd, cached=reply.cached)
-        return self._emit(event)
-
-    def note(self, text: str, **fields: Any) -> Event:
-        return self._emit(self.transcript.add("note", text, **fields))
-
-    def _emit(self, event: Event) -> Event:
-        if self.hook is not None:
-            self.hook(event)
-        return event
-
-
 def _options(settings: ConsultSettings | BaselineSettings, model: Model, budget: str) -> dict[str, Any]:
     """Call options for `model`; `budget` names the token setting the call spends, fitted to the model when unset."""
     options: dict[str, Any] = {"temperature": settings.temperature, "max_tokens": settings.tokens_for(model, budget)}
@@ -331,54 +305,107 @@ def _discharge_data(discharge: Discharge) -> dict[str, Any]:
     return {"diagnosis": discharge.diagnosis.strip(), "codes": parse_codes(discharge.codes), "unread": discharge.unread}
 
 
-async def run(case: Case, panel: Panel, settings: ConsultSettings) -> Outcome:
-    case.require("chief_complaint", "note", protocol="consult")
+class PaperPhysician:
+    """The physician's side as MedSyn holds it: every turn a structured {action, message}, the discharge one call."""
+
+    profile = "paper"
+
+    def __init__(self, case: Case, model: Model, options: Callable[[str], dict[str, Any]], max_turns: int) -> None:
+        self.model, self.options = model, options
+        self.view = [{"role": "system", "content": PHYSICIAN_SYSTEM}, {"role": "user", "content": opening_prompt(case, max_turns)}]
+
+    async def turn(self, questions: int, turns_left: int, may_submit: bool) -> dict[str, Any]:
+        reply = await self.model.complete(self.view, schema=PhysicianTurn if may_submit else Question, **self.options("max_tokens"))
+        self.view.append({"role": "assistant", "content": reply.text})
+        # The event's text is the reply as written (text None), the message is in its data.
+        return {"action": reply.parsed.action if may_submit else "ask", "message": reply.parsed.message.strip(), "reply": reply, "text": None}
+
+    def hear(self, answer: str, turns_left: int, questions: int, may_submit: bool) -> None:
+        self.view.append({"role": "user", "content": followup_prompt(answer, turns_left, may_submit)})
+
+    async def discharge(self) -> tuple[Reply, Discharge, dict[str, Any]]:
+        self.view.append({"role": "user", "content": DISCHARGE_REQUEST})
+        written = await self.model.complete(self.view, schema=Discharge, **self.options("discharge_max_tokens"))
+        return written, written.parsed, {}
+
+
+class PaperAssistant:
+    """The assistant as MedSyn holds it: the note in its prompt, free-text answers."""
+
+    trims = False  # its answers are recorded as written
+
+    def __init__(self, note: str, model: Model, options: Callable[[str], dict[str, Any]]) -> None:
+        self.model, self.options = model, options
+        self.view = [{"role": "system", "content": ASSISTANT_SYSTEM.format(note=note)}]
+
+    async def answer(self, message: str, topic: str | None = None) -> tuple[Reply, str]:
+        self.view.append({"role": "user", "content": message})
+        reply = await self.model.complete(self.view, **self.options("max_tokens"))
+        self.view.append({"role": "assistant", "content": reply.text})
+        return reply, reply.text.strip()
+
+
+def chairs(case: Case, panel: Panel, settings: ConsultSettings) -> tuple[Any, Any]:
+    """(physician, assistant) sides for the panel's seats: each seat's profile follows its own model (a small
+    model gets the compact profile of medpanel.protocols.consult_small, any other MedSyn's)."""
+    from medpanel.protocols import consult_small  # it builds on this module's schemas
+
     (_, physician), (_, assistant) = seats(panel)
-    rec = _Recorder(settings.on_event)
-    physician_view = [{"role": "system", "content": PHYSICIAN_SYSTEM},
-                      {"role": "user", "content": opening_prompt(case, settings.max_turns)}]
-    assistant_view = [{"role": "system", "content": ASSISTANT_SYSTEM.format(note=clinical_note(case))}]
-    turn, questions, discharge = 0, 0, None
+
+    def options_for(model: Model) -> Callable[[str], dict[str, Any]]:
+        return lambda budget: _options(settings, model, budget)
+
+    doctor = (consult_small.SmallPhysician(case, physician, options_for(physician)) if physician.small
+              else PaperPhysician(case, physician, options_for(physician), settings.max_turns))
+    helper = (consult_small.SmallAssistant(case, assistant, options_for(assistant)) if assistant.small
+              else PaperAssistant(clinical_note(case), assistant, options_for(assistant)))
+    return doctor, helper
+
+
+async def run(case: Case, panel: Panel, settings: ConsultSettings, context: RunContext | None = None) -> Outcome:
+    context = quiet(context)
+    case.require("chief_complaint", "note", protocol="consult")
+    doctor, helper = chairs(case, panel, settings)
+    transcript = context.transcript()
+    turn, questions, discharge, extra = 0, 0, None, {}
 
     while turn < settings.max_turns:
+        context.check()
         # The physician's turn: a question, or (once enough were asked) the decision to submit.
         turn += 1
-        may_submit = questions >= settings.min_questions
-        reply = await physician.complete(physician_view, schema=PhysicianTurn if may_submit else Question,
-                                         **_options(settings, physician, "max_tokens"))
-        action = reply.parsed.action if may_submit else "ask"
-        message = reply.parsed.message.strip()
-        physician_view.append({"role": "assistant", "content": reply.text})
-        rec.reply(reply, speaker=PHYSICIAN, role="physician", round=turn, phase="submit" if action == "submit" else "question",
-                  data={"action": action, "message": message})
+        step = await doctor.turn(questions, settings.max_turns - turn + 1, questions >= settings.min_questions)
+        action, message = step["action"], step["message"]
+        fields = dict(speaker=PHYSICIAN, round=turn, phase="submit" if action == "submit" else "question", data={"action": action, "message": message})
+        if "note" in step:  # code sent the physician to the discharge (no turns left for a question...): it says why
+            transcript.record("note", step["note"], speaker=PHYSICIAN, round=turn, phase="submit")
+        transcript.record("turn", step.get("text", message), reply=step["reply"], role="physician", **fields)
         if action == "submit":
-            physician_view.append({"role": "user", "content": DISCHARGE_REQUEST})
-            written = await physician.complete(physician_view, schema=Discharge, **_options(settings, physician, "discharge_max_tokens"))
-            discharge = _discharge_data(written.parsed)
-            rec.reply(written, speaker=PHYSICIAN, role="physician", round=turn, phase="discharge", data=discharge, kind="decision")
+            written, parsed, extra = await doctor.discharge()
+            discharge = _discharge_data(parsed)
+            transcript.record("decision", reply=written, speaker=PHYSICIAN, role="physician", round=turn, phase="discharge", data=discharge | extra)
             break
         questions += 1
         if turn >= settings.max_turns:
             break  # the question was asked on the last turn: no answer fits
         # The assistant's turn: answer from the note.
         turn += 1
-        assistant_view.append({"role": "user", "content": message})
-        answer = await assistant.complete(assistant_view, **_options(settings, assistant, "max_tokens"))
-        assistant_view.append({"role": "assistant", "content": answer.text})
-        rec.reply(answer, speaker=ASSISTANT, role="assistant", round=turn, phase="evaluation" if questions == 1 else "answer")
-        physician_view.append({"role": "user", "content": followup_prompt(answer.text.strip(), settings.max_turns - turn,
-                                                                           questions >= settings.min_questions)})
+        answer, said = await helper.answer(message, step.get("topic"))
+        transcript.record("turn", said if helper.trims else None, reply=answer, speaker=ASSISTANT, role="assistant", round=turn, phase="evaluation" if questions == 1 else "answer")
+        doctor.hear(said, settings.max_turns - turn, questions, questions >= settings.min_questions)
 
     data: dict[str, Any] = {"turns": turn, "questions": questions, "max_turns": settings.max_turns,
                             "empty_prediction": settings.empty_prediction, "unfinished": settings.unfinished}
+    if doctor.profile != "paper":
+        data["profile"] = doctor.profile
     if discharge is None:
-        rec.note(f"The consult reached its bound of {settings.max_turns} turns without a discharge.", phase="unfinished", round=turn)
-        return Outcome(status="unfinished", answer=None, data=data | {"codes": []}, transcript=rec.transcript)
-    return Outcome(status="ok", answer=discharge["diagnosis"], data=data | discharge, transcript=rec.transcript)
+        transcript.record("note", f"The consult reached its bound of {settings.max_turns} turns without a discharge.", phase="unfinished", round=turn)
+        return Outcome(status="unfinished", answer=None, data=data | {"codes": []}, transcript=transcript)
+    return Outcome(status="ok", answer=discharge["diagnosis"], data=data | extra | discharge, transcript=transcript)
 
 
 def _baseline(view: Literal["complaint", "note"]):
-    async def run_baseline(case: Case, panel: Panel, settings: BaselineSettings) -> Outcome:
+    async def run_baseline(case: Case, panel: Panel, settings: BaselineSettings, context: RunContext | None = None) -> Outcome:
+        context = quiet(context)
         name = "baseline" if view == "complaint" else "baseline-note"
         if view == "complaint":
             case.require("chief_complaint", protocol=name)
@@ -387,13 +414,13 @@ def _baseline(view: Literal["complaint", "note"]):
             case.require("note", protocol=name)
             given = f"Clinical note:\n\n{clinical_note(case)}"
         (_, physician), _ = seats(panel)
-        rec = _Recorder(settings.on_event)
+        transcript = context.transcript()
         messages = [{"role": "system", "content": BASELINE_SYSTEM}, {"role": "user", "content": f"{given}\n\n{DISCHARGE_REQUEST}"}]
         written = await physician.complete(messages, schema=Discharge, **_options(settings, physician, "discharge_max_tokens"))
         discharge = _discharge_data(written.parsed)
-        rec.reply(written, speaker=PHYSICIAN, role="physician", round=1, phase="discharge", data=discharge, kind="decision")
+        transcript.record("decision", reply=written, speaker=PHYSICIAN, role="physician", round=1, phase="discharge", data=discharge)
         data = {"turns": 1, "questions": 0, "empty_prediction": settings.empty_prediction} | discharge
-        return Outcome(status="ok", answer=discharge["diagnosis"], data=data, transcript=rec.transcript)
+        return Outcome(status="ok", answer=discharge["diagnosis"], data=data, transcript=transcript)
 
     return run_baseline
 
@@ -422,9 +449,14 @@ def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
     return scores | {name: metrics.get(name) for name in names}
 
 
-SPEC = ProtocolSpec(name="consult", run=run, settings=ConsultSettings, score=score, needs=("chief_complaint", "note"),
+# Kinds as medpanel.scoring.metrics declares them: the ICD-10 set metrics are per-sample shares.
+CONSULT_METRICS = {"finished": PROPORTION, "turns": COUNT, "code_*": UNIT, "category_*": UNIT, "chapter_*": UNIT,
+                   "invalid_rate": UNIT, "n_predicted": COUNT, "empty": PROPORTION}
+SCORERS = (pure("icd10", score, CONSULT_METRICS),)
+
+SPEC = ProtocolSpec(name="consult", run=run, settings=ConsultSettings, scorers=SCORERS, needs=("chief_complaint", "note"),
                     description="a physician with the chief complaint consults an assistant holding the note, then writes the discharge (MedSyn)")
-BASELINE_CHIEF_COMPLAINT = ProtocolSpec(name="baseline", run=_baseline("complaint"), settings=BaselineSettings, score=score,
+BASELINE_CHIEF_COMPLAINT = ProtocolSpec(name="baseline", run=_baseline("complaint"), settings=BaselineSettings, scorers=SCORERS,
                                         needs=("chief_complaint",), description="the physician alone writes the discharge from the chief complaint")
-BASELINE_FULL_NOTE = ProtocolSpec(name="baseline-note", run=_baseline("note"), settings=BaselineSettings, score=score,
+BASELINE_FULL_NOTE = ProtocolSpec(name="baseline-note", run=_baseline("note"), settings=BaselineSettings, scorers=SCORERS,
                                   needs=("note",), description="the physician alone writes the discharge from the full note")

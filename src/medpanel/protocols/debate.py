@@ -20,32 +20,38 @@ Replicas of one model (`--models local,local,local`) give identical answers at t
 them differ, use temperature > 0 (each seat's call carries its own sample index, so the cache keeps the
 draws apart) and, for providers that honour it, one seed per seat (`seeds`).
 
+Every event goes to the transcript from the run context (`context.transcript()`), which hands it to
+the context's listener as it is recorded: a simultaneous round's turns once the round is in, in seat
+order (so the record does not depend on which server answered first), then its stance shifts.
+
 `max_tokens` unset fits the seat: 512 per answer on a small model (the embedded one), 2048 on others,
 plus REASONING_ALLOWANCE where hidden reasoning counts (see Model.token_budget); the same budgets as the
-single protocol, so its calls and the debate's round 0 share the cache.
+single protocol, so its calls and the debate's round 0 share the cache. A small model answers in one line
+of reasoning and then the letter under a grammar (medpanel.protocols.single.answer), so its answer
+always parses; others keep the paper's free text ending 'Answer: X'.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from medpanel.cases.model import Case
+from medpanel.context import RunContext, quiet
 from medpanel.errors import UsageError
 from medpanel.models.base import Model, Reply
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings, gather_seats
-from medpanel.protocols.single import ANSWER_BUDGET
-from medpanel.protocols.single import SYSTEM as ANSWER_SYSTEM
-from medpanel.protocols.single import question_prompt
+from medpanel.protocols.single import ANSWER_BUDGET, answer, answer_messages
 # the settling rules live in settle.py, shared with replays; VoteResult and majority_vote are re-exported for callers
 from medpanel.protocols.settle import Response, TiePolicy, VoteResult, agreed_choice, majority_vote, settle  # noqa: F401
 from medpanel.scoring.exact import exact_match, read_choice
-from medpanel.transcript import Event, Transcript
+from medpanel.scoring.metrics import COUNT, PROPORTION, UNIT
+from medpanel.scoring.scorer import pure
+from medpanel.transcript import Transcript
 
 DEBATE_INSTRUCTIONS = (
     "You are {label} on a panel of clinicians answering the question above. Your own previous answer is "
@@ -57,9 +63,10 @@ DEBATE_INSTRUCTIONS = (
     "you are outnumbered.\n"
     "Finish with a final line of the form 'Answer: X', where X is the letter of the single best option."
 )
+# The small-model profile (see medpanel.protocols.single): a compact round, one line of reasoning, then the letter.
+SMALL_DEBATE = "You are {label}. Your colleagues answered:\n\n{peers}\n\nSay in one short sentence which option you now think is best and why."
 # One header per peer; the choice is stated in it so a reader (or a scripted model) can find it.
 PEER_HEADER = "--- {label} (round {round}) answered {choice} ---"
-PEER_CHOICE = re.compile(r"^--- Panelist \d+ \(round \d+\) answered ([A-J])\b", re.MULTILINE)
 NO_CHOICE = "with no clear choice"
 
 
@@ -73,11 +80,6 @@ class PanelSettings(Settings):
     seeds: list[int] | None = None  # one per seat, sent as the request seed (honoured by local and OpenAI-style servers)
     tie_policy: TiePolicy = "abstain"
     tie_seed: int = 0  # for random-seeded: the draw is a function of this seed and the case id
-    on_event: Callable[[Event], Any] | None = Field(default=None, exclude=True)  # streaming hook, e.g. the CLI printer
-
-    def emit(self, event: Event) -> None:
-        if self.on_event is not None:
-            self.on_event(event)
 
 
 class DebateSettings(PanelSettings):
@@ -109,10 +111,6 @@ def seat_options(settings: PanelSettings, index: int, panel_size: int, model: Mo
     return options
 
 
-def answer_messages(case: Case) -> list[dict[str, str]]:
-    return [{"role": "system", "content": ANSWER_SYSTEM}, {"role": "user", "content": question_prompt(case)}]
-
-
 def _peer_block(label: str, stance: Stance, case: Case, settings: DebateSettings) -> str:
     shown = f"{stance.choice} ({case.options.get(stance.choice, '')})" if stance.choice else NO_CHOICE
     header = PEER_HEADER.format(label=label, round=stance.round, choice=shown)
@@ -124,36 +122,25 @@ def _peer_block(label: str, stance: Stance, case: Case, settings: DebateSettings
     return f"{header}\n{text}"
 
 
-def debate_messages(case: Case, seat: str, labels: dict[str, str], latest: dict[str, Stance], settings: DebateSettings) -> list[dict[str, str]]:
+def debate_messages(case: Case, seat: str, labels: dict[str, str], latest: dict[str, Stance], settings: DebateSettings,
+                    small: bool = False) -> list[dict[str, str]]:
+    """A seat's debate round: the question, its own last answer, its peers' (on a small model, the compact round)."""
     peers = "\n\n".join(_peer_block(labels[s], st, case, settings) for s, st in latest.items() if s != seat)
     return [
-        *answer_messages(case),
+        *answer_messages(case, small),
         {"role": "assistant", "content": latest[seat].text},
-        {"role": "user", "content": DEBATE_INSTRUCTIONS.format(label=labels[seat], peers=peers)},
+        {"role": "user", "content": (SMALL_DEBATE if small else DEBATE_INSTRUCTIONS).format(label=labels[seat], peers=peers)},
     ]
 
 
-async def ask_seats(
-    calls: dict[str, Callable[[], Awaitable[Reply]]],
-    settings: PanelSettings,
-    make_event: Callable[[str, Reply], Event],
-    *,
-    where: str,
-    models: dict[str, Model],
-) -> dict[str, tuple[Reply, Event]]:
-    """Run the calls at once; each finished turn is streamed as it lands and returned in seat order.
+async def ask_seats(calls: dict[str, Callable[[], Awaitable[Reply]]], *, where: str, models: dict[str, Model]) -> dict[str, Reply]:
+    """Run the calls at once and return the replies in seat order (the order they are recorded in, so a
+    transcript does not depend on which server answered first).
 
     If any seat fails, every call is still awaited (nothing is left running), then the first failure in
     seat order is raised naming the seat. A budget stop passes through unchanged for the runner.
     """
-
-    async def one(seat: str) -> tuple[Reply, Event]:
-        reply = await calls[seat]()
-        event = make_event(seat, reply)
-        settings.emit(event)
-        return reply, event
-
-    results = await gather_seats([one(s) for s in calls], list(calls), where, models)
+    results = await gather_seats([call() for call in calls.values()], list(calls), where, models)
     return dict(zip(calls, results, strict=True))
 
 
@@ -162,28 +149,16 @@ async def initial_answers(case: Case, panel: Panel, settings: PanelSettings, tra
     seats = list(panel.seats)
 
     def call(index: int, model: Model) -> Callable[[], Awaitable[Reply]]:
-        return lambda: model.complete(answer_messages(case), **seat_options(settings, index, len(seats), model))
+        return lambda: answer(model, answer_messages(case, model.small), case, **seat_options(settings, index, len(seats), model))
 
-    def make_event(seat: str, reply: Reply) -> Event:
-        # answer_status says why a choice is missing: "unclosed_reasoning" (cut off while thinking) vs "no_choice_found"
-        return _turn_event(reply, seat, round=0, phase="initial", data=read_choice(reply.text, case.options).as_data())
-
-    done = await ask_seats({s: call(i, panel.seats[s]) for i, s in enumerate(seats)}, settings, make_event,
-                           where="giving its initial answer", models=panel.seats)
+    replies = await ask_seats({s: call(i, panel.seats[s]) for i, s in enumerate(seats)}, where="giving its initial answer", models=panel.seats)
     stances = {}
-    for seat, (reply, event) in done.items():
-        transcript.events.append(event)
-        stances[seat] = Stance(event.data["choice"], reply.text, 0)
+    for seat, reply in replies.items():
+        # answer_status says why a choice is missing: "unclosed_reasoning" (cut off while thinking) vs "no_choice_found"
+        read = read_choice(reply.text, case.options)
+        transcript.record("turn", reply=reply, speaker=seat, role="panelist", round=0, phase="initial", data=read.as_data())
+        stances[seat] = Stance(read.choice, reply.text, 0)
     return stances
-
-
-def _turn_event(reply: Reply, seat: str, *, round: int, phase: str, data: dict) -> Event:
-    """A seat's turn, built as it lands and appended to the transcript later in seat order."""
-    if reply.truncated:  # cut by its token budget ("length", "max_tokens"): the reader cannot tell from the text
-        data = {**data, "truncated": True}
-    return Event(kind="turn", text=reply.text, speaker=seat, role="panelist", model=reply.model, round=round, phase=phase,
-                 data=data, input_tokens=reply.usage.input_tokens, output_tokens=reply.usage.output_tokens,
-                 latency_s=reply.latency_s, cost_usd=reply.cost_usd, cached=reply.cached)
 
 
 def consensus_choice(stances: dict[str, Stance]) -> str | None:
@@ -197,11 +172,11 @@ def consensus_choice(stances: dict[str, Stance]) -> str | None:
 class _Debate:
     """The state of one debate: every seat's latest stance, the transcript and the per-round record."""
 
-    def __init__(self, case: Case, panel: Panel, settings: DebateSettings) -> None:
+    def __init__(self, case: Case, panel: Panel, settings: DebateSettings, transcript: Transcript) -> None:
         self.case, self.panel, self.settings = case, panel, settings
         self.seats = list(panel.seats)
         self.labels = {s: f"Panelist {i + 1}" for i, s in enumerate(self.seats)}
-        self.transcript = Transcript()
+        self.transcript = transcript
         self.latest: dict[str, Stance] = {}
         self.rounds: list[dict[str, Any]] = []
         self.shifts: list[dict[str, Any]] = []
@@ -213,64 +188,68 @@ class _Debate:
         return agreed
 
     def call(self, seat: str, view: dict[str, Stance]) -> Callable[[], Awaitable[Reply]]:
-        index = self.seats.index(seat)
-        messages = debate_messages(self.case, seat, self.labels, view, self.settings)
-        options = seat_options(self.settings, index, len(self.seats), self.panel.seats[seat])
-        return lambda: self.panel.seats[seat].complete(messages, **options)
+        index, model = self.seats.index(seat), self.panel.seats[seat]
+        messages = debate_messages(self.case, seat, self.labels, view, self.settings, model.small)
+        options = seat_options(self.settings, index, len(self.seats), model)
+        return lambda: answer(model, messages, self.case, **options)
 
-    def turn_event(self, seat: str, reply: Reply, round: int, view: dict[str, Stance]) -> Event:
+    def record(self, seat: str, reply: Reply, round: int, view: dict[str, Stance]) -> dict[str, Any] | None:
+        """The seat's debate turn; returns its stance shift, if it changed its answer (see `note`)."""
         read = read_choice(reply.text, self.case.options)
-        before = self.latest[seat].choice
-        return _turn_event(reply, seat, round=round, phase="debate", data={
-            **read.as_data(), "previous_choice": before, "changed": read.choice != before,
+        before, after = self.latest[seat].choice, read.choice
+        self.transcript.record("turn", reply=reply, speaker=seat, role="panelist", round=round, phase="debate", data={
+            **read.as_data(), "previous_choice": before, "changed": after != before,
             "saw": {self.labels[s]: st.round for s, st in view.items() if s != seat},
         })
-
-    def record(self, seat: str, reply: Reply, event: Event, round: int) -> None:
-        self.transcript.events.append(event)
-        before, after = self.latest[seat].choice, event.data["choice"]
         self.latest[seat] = Stance(after, reply.text, round)
-        if after != before:
-            shift = {"seat": seat, "model": self.panel.seats[seat].id, "round": round, "from": before, "to": after}
-            self.shifts.append(shift)
-            note = self.transcript.add("note", f"{seat} changed its answer from {before or 'none'} to {after or 'none'}",
-                                       speaker=seat, round=round, phase="debate", data={"shift": shift})
-            self.settings.emit(note)
+        if after == before:
+            return None
+        shift = {"seat": seat, "model": self.panel.seats[seat].id, "round": round, "from": before, "to": after}
+        self.shifts.append(shift)
+        return shift
+
+    def note(self, shift: dict[str, Any] | None) -> None:
+        if shift is not None:
+            self.transcript.record("note", f"{shift['seat']} changed its answer from {shift['from'] or 'none'} to {shift['to'] or 'none'}",
+                                   speaker=shift["seat"], round=shift["round"], phase="debate", data={"shift": shift})
 
     async def simultaneous_round(self, round: int) -> str | None:
         view = dict(self.latest)
-        calls = {s: self.call(s, view) for s in self.seats}
-        done = await ask_seats(calls, self.settings, lambda s, r: self.turn_event(s, r, round, view),
-                               where=f"in debate round {round}", models=self.panel.seats)
-        for seat, (reply, event) in done.items():
-            self.record(seat, reply, event, round)
+        replies = await ask_seats({s: self.call(s, view) for s in self.seats}, where=f"in debate round {round}", models=self.panel.seats)
+        # The round's turns were given at once: all of them first, then who changed their answer.
+        shifts = [self.record(seat, reply, round, view) for seat, reply in replies.items()]
+        for shift in shifts:
+            self.note(shift)
         return self.snapshot(round)
 
-    async def sequential_round(self, round: int) -> str | None:
+    async def sequential_round(self, round: int, context: RunContext) -> str | None:
         for seat in self.seats:
+            context.check()
             view = dict(self.latest)  # peers earlier in this round show this round's answers
-            done = await ask_seats({seat: self.call(seat, view)}, self.settings, lambda s, r, view=view: self.turn_event(s, r, round, view),
-                                   where=f"in debate round {round}", models=self.panel.seats)
-            reply, event = done[seat]
-            self.record(seat, reply, event, round)
+            replies = await ask_seats({seat: self.call(seat, view)}, where=f"in debate round {round}", models=self.panel.seats)
+            self.note(self.record(seat, replies[seat], round, view))
             if consensus_choice(self.latest) is not None:
                 return self.snapshot(round, after_seat=seat)
         return self.snapshot(round)
 
 
-async def run(case: Case, panel: Panel, settings: DebateSettings) -> Outcome:
+async def run(case: Case, panel: Panel, settings: DebateSettings, context: RunContext | None = None) -> Outcome:
+    context = quiet(context)
     case.require("question", "options", protocol="debate")
     if len(panel) < 2:
         raise UsageError(f"A debate needs at least two seats; got {len(panel)}.", "Give several models, e.g. --models a,b,c (the same one repeated makes replicas).")
-    debate = _Debate(case, panel, settings)
+    debate = _Debate(case, panel, settings, context.transcript())
     debate.latest = await initial_answers(case, panel, settings, debate.transcript)
     initial = {s: st.choice for s, st in debate.latest.items()}
     agreed = debate.snapshot(0)
     for round in range(1, settings.max_rounds + 1):  # ask until the seats agree; `settle` then decides from what they said
         if agreed is not None:
             break
-        step = debate.sequential_round if settings.order == "sequential" else debate.simultaneous_round
-        agreed = await step(round)
+        context.check()
+        if settings.order == "sequential":
+            agreed = await debate.sequential_round(round, context)
+        else:
+            agreed = await debate.simultaneous_round(round)
 
     responses = [Response(e.speaker, e.round, e.data["choice"]) for e in debate.transcript.turns() if e.phase == "debate"]
     settled = settle(initial, responses, debate.seats, order=settings.order, tie_policy=settings.tie_policy,
@@ -279,13 +258,11 @@ async def run(case: Case, panel: Panel, settings: DebateSettings) -> Outcome:
     rounds_used = settled.rounds_held
     if not settled.consensus:
         for seat in debate.seats:
-            debate.transcript.add("vote", final[seat] or "", speaker=seat, round=rounds_used, phase="vote", data={"choice": final[seat]})
+            debate.transcript.record("vote", final[seat] or "", speaker=seat, round=rounds_used, phase="vote", data={"choice": final[seat]})
     decision = settled.decision(settings.tie_policy)
     answer = decision["answer"]
-    consensus_round = settled.consensus_round
-    event = debate.transcript.add("decision", answer or "", speaker="Panel", round=decision["round"], phase="decision",
-                                  data={"choice": answer, **decision})
-    settings.emit(event)
+    debate.transcript.record("decision", answer or "", speaker="Panel", round=decision["round"], phase="decision",
+                             data={"choice": answer, **decision})
     initial_vote = majority_vote(list(initial.values()), settings.tie_policy, seed=settings.tie_seed, key=case.id).as_dict(settings.tie_policy)
     data = {
         "seats": debate.seats,
@@ -296,7 +273,7 @@ async def run(case: Case, panel: Panel, settings: DebateSettings) -> Outcome:
         "final_choices": final,
         "rounds": debate.rounds,
         "consensus": settled.consensus,
-        "consensus_round": consensus_round,
+        "consensus_round": settled.consensus_round,
         "rounds_used": rounds_used,
         "shifts": debate.shifts,
         "decision": decision,
@@ -356,5 +333,13 @@ def flow_counts(items: list[tuple[dict, str | None]]) -> dict[str, Any]:
     return {"stages": {k: dict(v) for k, v in sorted(stages.items())}, "shifts": dict(shifts), "items": len(items)}
 
 
-SPEC = ProtocolSpec(name="debate", run=run, settings=DebateSettings, score=score, min_models=2, needs=("question", "options"),
+# Kinds as medpanel.scoring.metrics declares them: a 0/1 outcome per item is a proportion, a tie's half credit a share.
+DEBATE_METRICS = {
+    "accuracy": PROPORTION, "parsed": PROPORTION, "rounds_used": COUNT, "initial_consensus": PROPORTION, "consensus": PROPORTION,
+    "tie": PROPORTION, "accuracy_tie_half": UNIT, "stance_shifts": COUNT, "initial_vote_accuracy": PROPORTION,
+    "initial_accuracy.*": PROPORTION,  # one per seat
+}
+
+SPEC = ProtocolSpec(name="debate", run=run, settings=DebateSettings, scorers=(pure("debate", score, DEBATE_METRICS),),
+                    min_models=2, needs=("question", "options"),
                     description="MCC debate: independent answers, debate rounds where they differ, a vote where debate fails")

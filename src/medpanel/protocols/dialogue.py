@@ -15,62 +15,47 @@
                other's views and reconsider, up to max_diagnosis_rounds times; without agreement the
                moderator's pick of the diagnosis most doctors hold stands ("majority"); the
                differentials are merged by the moderator
-    evaluation a judge model checks the dialogue against the scenario: which patient details came
-               out, which questions asked for information the scenario holds, whether the diagnoses
-               match (see medpanel.scoring.osce); `score` turns its counts into PICR, PRQR, PDA, SDA
+    evaluation is not part of the protocol: the runner hands the outcome to the OSCE judge scorer
+               (medpanel.scoring.osce.OSCE_JUDGE, the panel's `judge` role), which checks the dialogue
+               against the scenario and gives PICR, PRQR, PDA and SDA; run without a judge, the
+               dialogue is held and those four are simply not produced
 
-The patient is a model shown only the scenario's patient-actor record (it answers "I don't know" to
-anything outside it) or a person (`patient=human`). The doctors are the panel's seats; the patient,
-moderator and judge come from settings as model specs, built on the runtime of the panel's first
-model (so they share its cache and budget). The doctors never see the scenario, only the dialogue
-(and, with reveal_findings, the examination and test results before they diagnose). Prompts call the
-doctors "Panelist 1", "Panelist 2"... never by their seat names (model specs, server URLs included).
+The doctors are the panel's seats; the patient, moderator and judge are its roles (`patient`,
+`moderator`, `judge`), built and recorded by the runner (defaults: the embedded model plays the
+patient, the first seat's model moderates, the moderator's model judges). The patient is a model
+shown only the scenario's patient-actor record (it answers "I don't know" to anything outside it) or a
+person (the role `human:Patient`). The doctors never see the scenario, only the dialogue (and, with
+reveal_findings, the examination and test results before they diagnose). Prompts call the doctors
+"Panelist 1", "Panelist 2"... never by their seat names (model specs, server URLs included).
 
 Token budgets when not set (small model, e.g. the embedded one / any other; a reasoning model gets
 REASONING_ALLOWANCE more): `max_tokens` (proposals, revisions, merges, diagnoses) 600 / 1024,
-`review_max_tokens` (reviews, the moderator's triage, the judge) 512 / 1024, `patient_max_tokens` 200 / 512.
+`review_max_tokens` (reviews, the moderator's triage, the judge's checks) 512 / 1024, `patient_max_tokens` 200 / 512.
 """
 
 from __future__ import annotations
 
-import asyncio
 from functools import cache
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, create_model
 
 from medpanel.cases.model import Case
+from medpanel.context import RunContext, quiet
 from medpanel.errors import UsageError
-from medpanel.models import build_model
 from medpanel.models.base import Model, Reply
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, gather_seats, seat_labels
-from medpanel.protocols.longform import (
-    DebateSettings,
-    Deliberation,
-    QuestionsReview,
-    Recorder,
-    critique_cycle,
-)
-from medpanel.scoring.osce import (
-    JudgedCounts,
-    judge_capture,
-    judge_diagnosis,
-    judge_relevance,
-    numbered,
-    osce_metrics,
-    patient_details,
-)
-
-ModelSpec = str | Model  # a spec string, or a ready model (tests, the web app)
+from medpanel.protocols.longform import CritiqueSettings, Deliberation, QuestionsReview, critique_cycle
+from medpanel.scoring.metrics import PROPORTION
+from medpanel.scoring.osce import JUDGE_BUDGET, OSCE_JUDGE, numbered
+from medpanel.scoring.scorer import pure
+from medpanel.transcript import Transcript
 
 
-class OsceSettings(DebateSettings):
+class OsceSettings(CritiqueSettings):
     budgets: ClassVar[dict[str, tuple[int, int]]] = {
-        "max_tokens": (600, 1024), "review_max_tokens": (512, 1024), "patient_max_tokens": (200, 512)}
+        "max_tokens": (600, 1024), "review_max_tokens": JUDGE_BUDGET, "patient_max_tokens": (200, 512)}
 
-    patient: ModelSpec = "local"  # who plays the patient: a model spec, or "human"
-    moderator: ModelSpec = ""  # "" = the first seat's model
-    judge: ModelSpec = ""  # "" = the moderator's model
     max_exchanges: int = Field(default=5, ge=1, le=50)  # history-taking rounds of questions put to the patient
     max_direct_replies: int = Field(default=3, ge=0, le=20)  # greetings and small talk the moderator answers itself
     max_questions: int = Field(default=5, ge=1, le=15)  # per list, proposed or merged
@@ -191,37 +176,26 @@ def opinion_text(opinion: Any) -> str:
 class Consultation:
     """The state of one OSCE encounter: who plays what, what has been said, and the record."""
 
-    def __init__(self, case: Case, panel: Panel, settings: OsceSettings) -> None:
+    def __init__(self, case: Case, panel: Panel, settings: OsceSettings, transcript: Transcript | None = None) -> None:
         osce = case.metadata.get("osce") or {}
         if not isinstance(osce.get("patient_actor"), dict) or not osce["patient_actor"]:
             raise UsageError(f"Case '{case.id}' cannot run the osce protocol: it has no metadata.osce.patient_actor.",
                              "Use an OSCE scenario (agentclinic, agentclinic-extended) or add metadata.osce.patient_actor to the case file.")
+        patient = panel.role("patient")
+        if patient is None:
+            raise UsageError("The osce protocol needs a patient: the panel has no 'patient' role.",
+                             "Run it through the runner (which seats the embedded model by default) or give the panel a patient role.")
         self.case, self.osce, self.settings = case, osce, settings
         self.doctors = dict(panel.seats)
         self.labels = seat_labels(self.doctors)  # what prompts call the doctors
-        runtime = panel.first()[1].runtime
-        self.built: list[Model] = []  # models built here from spec strings, closed at the end
-        self.moderator = self._model(settings.moderator, runtime) if settings.moderator else panel.first()[1]
-        self.judge = self._model(settings.judge, runtime) if settings.judge else self.moderator
-        patient_spec = "human:Patient" if isinstance(settings.patient, str) and settings.patient.strip() == "human" else settings.patient
-        self.patient = self._model(patient_spec, runtime)
-        self.rec = Recorder(settings.on_event)
+        self.patient = patient
+        self.moderator = panel.role("moderator") or panel.first()[1]  # the runner's default too: the first seat's model
+        self.transcript = transcript if transcript is not None else Transcript()
         self.dialogue: list[tuple[str, str]] = []  # ("Patient" | "Doctor", words), in order
         self.patient_messages: list[dict[str, str]] = [
             {"role": "system", "content": PATIENT_SYSTEM.format(actor=render_record(osce["patient_actor"]))}]
         self.questions_asked: list[str] = []
         self.history_scores: list[float | None] = []  # final consensus of each history exchange
-
-    def _model(self, spec: ModelSpec, runtime: Any) -> Model:
-        if isinstance(spec, Model):
-            return spec
-        model = build_model(spec, runtime)
-        self.built.append(model)
-        return model
-
-    async def close(self) -> None:
-        for model in self.built:
-            await model.aclose()
 
     def dialogue_text(self) -> str:
         return "\n".join(f"{who}: {words}" for who, words in self.dialogue) or "(nothing said yet)"
@@ -240,8 +214,8 @@ class Consultation:
         words = reply.text.strip()
         self.patient_messages.append({"role": "assistant", "content": words})
         self.dialogue.append(("Patient", words))
-        self.rec.reply(reply, speaker="Patient", role="patient", phase="opening" if step == 0 else "patient",
-                       round=step, text=words, data={"step": step})
+        self.transcript.record("turn", words, reply=reply, speaker="Patient", role="patient",
+                               phase="opening" if step == 0 else "patient", round=step, data={"step": step})
         return words
 
     def doctor_says(self, words: str) -> None:
@@ -253,14 +227,14 @@ class Consultation:
         user = f"CONSULTATION SO FAR:\n{self.dialogue_text()}\n\nLATEST PATIENT MESSAGE:\n{self.dialogue[-1][1]}"
         reply = await self.ask(self.moderator, TRIAGE_SYSTEM, user, schema=Triage, budget="review_max_tokens")
         decision: Triage = reply.parsed
-        self.rec.reply(reply, speaker="Moderator", role="moderator", phase="triage", round=step,
-                       text=f"{decision.action}" + (f": {decision.reply}" if decision.reply else ""),
-                       data={"step": step, "action": decision.action, "reply": decision.reply})
+        self.transcript.record("turn", f"{decision.action}" + (f": {decision.reply}" if decision.reply else ""), reply=reply,
+                               speaker="Moderator", role="moderator", phase="triage", round=step,
+                               data={"step": step, "action": decision.action, "reply": decision.reply})
         return decision
 
     # -------------------------------------------------------------- history taking
 
-    async def take_history(self, exchange: int, step: int) -> list[str]:
+    async def take_history(self, exchange: int, step: int, context: RunContext) -> list[str]:
         s = self.settings
         proposal_schema, revision_schema, merged_schema = question_schemas(s.max_questions)
         task = (f"CONSULTATION SO FAR:\n{self.dialogue_text()}\n\n"
@@ -274,11 +248,11 @@ class Consultation:
         for seat, reply in zip(self.doctors, replies):
             proposed[seat] = list(reply.parsed.questions)
             drafts[seat] = numbered(proposed[seat])
-            self.rec.reply(reply, speaker=seat, role="doctor", phase="proposal", round=0, text=drafts[seat],
-                           data={**tag, "questions": proposed[seat], "rationale": reply.parsed.rationale})
+            self.transcript.record("turn", drafts[seat], reply=reply, speaker=seat, role="doctor", phase="proposal", round=0,
+                                   data={**tag, "questions": proposed[seat], "rationale": reply.parsed.rationale})
         work = Deliberation(task=task, label="list of questions", review_schema=QuestionsReview,
                             revision_schema=revision_schema, draft_of=lambda parsed: numbered(list(parsed.questions)), data=tag)
-        cycle = await critique_cycle(self.doctors, drafts, work, s, self.rec)
+        cycle = await critique_cycle(self.doctors, drafts, work, s, self.transcript, context)
         self.history_scores.append(cycle.scores[-1] if cycle.scores else None)
 
         if len(self.doctors) == 1:  # nothing to review or merge: the one list goes to the patient as proposed
@@ -292,9 +266,8 @@ class Consultation:
             questions = [q.question for q in reply.parsed.questions]
             credited = [list(q.proposed_by) for q in reply.parsed.questions]
             sources = [[seat_of.get(n.strip(), n) for n in src] for src in credited]  # labels back to seat names
-            self.rec.reply(reply, speaker="Moderator", role="moderator", phase="consolidation", round=cycle.rounds,
-                           text=numbered(questions),
-                           data={**tag, "questions": questions, "sources": sources,
+            self.transcript.record("turn", numbered(questions), reply=reply, speaker="Moderator", role="moderator",
+                                   phase="consolidation", round=cycle.rounds, data={**tag, "questions": questions, "sources": sources,
                                  "unknown_sources": sorted({n for src in sources for n in src if n not in self.doctors}),
                                  "consensus": self.history_scores[-1], "stopped_by": cycle.stopped_by})
         self.questions_asked.extend(questions)
@@ -309,7 +282,7 @@ class Consultation:
                  (("physical_exam", "PHYSICAL EXAMINATION"), ("test_results", "TEST RESULTS")) if self.osce.get(key)]
         return ("\n\n" + "\n\n".join(parts)) if parts else ""
 
-    async def diagnose(self) -> dict[str, Any]:
+    async def diagnose(self, context: RunContext) -> dict[str, Any]:
         s = self.settings
         opinion_schema, judgement_schema = diagnosis_schemas(s.max_differentials)
         task = f"CONSULTATION:\n{self.dialogue_text()}{self.findings()}"
@@ -322,12 +295,13 @@ class Consultation:
         for rnd in range(s.max_diagnosis_rounds + 1):
             if len(self.doctors) == 1:
                 break
+            context.check()
             views = "\n".join(f"- {self.labels[seat]}: {opinion_text(o)}" for seat, o in opinions.items())
             reply = await self.ask(self.moderator, JUDGEMENT_SYSTEM, f"{task}\n\nTHE DOCTORS' VIEWS:\n{views}", schema=judgement_schema)
             judgement = reply.parsed
-            self.rec.reply(reply, speaker="Moderator", role="moderator", phase="diagnosis-consensus", round=rnd,
-                           text=f"{'Same diagnosis' if judgement.same else 'Different diagnoses'}: {judgement.diagnosis}",
-                           data={"same": judgement.same, "primary_diagnosis": judgement.diagnosis, "differentials": list(judgement.differentials)})
+            self.transcript.record("turn", f"{'Same diagnosis' if judgement.same else 'Different diagnoses'}: {judgement.diagnosis}",
+                                   reply=reply, speaker="Moderator", role="moderator", phase="diagnosis-consensus", round=rnd,
+                                   data={"same": judgement.same, "primary_diagnosis": judgement.diagnosis, "differentials": list(judgement.differentials)})
             if judgement.same or rnd == s.max_diagnosis_rounds:
                 break
             replies = await gather_seats([
@@ -346,7 +320,7 @@ class Consultation:
         differentials = [d for d in dict.fromkeys(differentials) if d.strip().casefold() != primary.strip().casefold()]
         result = {"primary": primary, "differentials": differentials, "status": status, "rounds": rnd,
                   "opinions": {seat: o.model_dump() for seat, o in opinions.items()}}
-        self.rec.add("decision", primary, speaker="Moderator", phase="diagnosis",
+        self.transcript.record("decision", primary, speaker="Moderator", phase="diagnosis",
                      data={"primary_diagnosis": primary, "differentials": differentials, "status": status, "rounds": rnd})
         return result
 
@@ -354,109 +328,60 @@ class Consultation:
         opinions = {}
         for seat, reply in zip(self.doctors, replies):
             opinions[seat] = reply.parsed
-            self.rec.reply(reply, speaker=seat, role="doctor", phase=phase, round=round_, text=opinion_text(reply.parsed),
-                           data={"primary_diagnosis": reply.parsed.primary_diagnosis, "differentials": list(reply.parsed.differentials)})
+            self.transcript.record("turn", opinion_text(reply.parsed), reply=reply, speaker=seat, role="doctor", phase=phase, round=round_,
+                                   data={"primary_diagnosis": reply.parsed.primary_diagnosis, "differentials": list(reply.parsed.differentials)})
         return opinions
-
-    # -------------------------------------------------------------- evaluation by the judge
-
-    async def evaluate(self, diagnosis: dict[str, Any]) -> dict[str, Any]:
-        s = self.settings
-        details = patient_details(self.osce["patient_actor"])
-        # PICR counts what the doctors' questions drew out: the patient's unprompted opening is not theirs.
-        first_question = next((i for i, (who, _) in enumerate(self.dialogue) if who == "Doctor"), len(self.dialogue))
-        statements = [words for who, words in self.dialogue[first_question:] if who == "Patient"]
-        gold = self.case.reference.answer_text
-        own_set = [str(d) for d in self.osce.get("acceptable_diagnoses") or [] if str(d).strip()]
-        acceptable = own_set or ([gold] if gold else [])
-        tokens = s.tokens_for(self.judge, "review_max_tokens")
-
-        async def nothing() -> None:
-            return None
-
-        capture, relevance, match = await asyncio.gather(
-            judge_capture(self.judge, details, statements, max_tokens=tokens) if details else nothing(),
-            judge_relevance(self.judge, details, self.questions_asked, max_tokens=tokens) if details and self.questions_asked else nothing(),
-            judge_diagnosis(self.judge, gold, acceptable, diagnosis["primary"], diagnosis["differentials"], max_tokens=tokens)
-            if (gold or acceptable) else nothing(),
-        )
-        captured = capture[1] if capture else set()
-        relevant = relevance[1] if relevance else set()
-        primary_ok, found = (match[1], match[2]) if match else (None, set())
-        for result, metric, text, data in (
-                (capture, "picr", f"Patient details disclosed: {len(captured)} of {len(details)}.", {"captured": sorted(captured)}),
-                (relevance, "prqr", f"Relevant questions: {len(relevant)} of {len(self.questions_asked)}.", {"relevant": sorted(relevant)}),
-                (match, "pda/sda", f"Primary diagnosis correct: {primary_ok}. Acceptable diagnoses named: {len(found)} of {len(acceptable)}.",
-                 {"primary_correct": primary_ok, "acceptable_found": sorted(found)})):
-            if result is not None:
-                self.rec.reply(result[0], speaker="Judge", role="judge", phase="evaluation", text=text, data={"metric": metric, **data})
-        counts = JudgedCounts(details_total=len(details), details_captured=len(captured),
-                              questions_asked=len(self.questions_asked), questions_relevant=len(relevant),
-                              primary_correct=primary_ok, acceptable_total=len(acceptable), acceptable_found=len(found),
-                              acceptable_basis="acceptable_set" if own_set else "gold_only")
-        metrics = osce_metrics(counts)
-        self.rec.add("score", " · ".join(f"{k.upper()} {'n/a' if v is None else f'{v:.2f}'}" for k, v in metrics.items()),
-                     speaker="Judge", phase="evaluation", data={"metrics": metrics})
-        # The judge's id travels with its counts: runs graded by different judges are not comparable.
-        return {"judged": counts.model_dump(), "judge": self.judge.id, "checklist": details, "captured": sorted(captured),
-                "relevant": sorted(relevant)}
 
 
 # ---------------------------------------------------------------- the protocol
 
 
-async def run(case: Case, panel: Panel, settings: OsceSettings) -> Outcome:
-    visit = Consultation(case, panel, settings)
-    try:
-        await visit.patient_says(OPENING, step=0)
-        exchanges = direct = 0
-        # Each pass spends one history exchange or one direct reply, so the two budgets bound the loop.
-        for step in range(1, settings.max_exchanges + settings.max_direct_replies + 1):
-            if exchanges >= settings.max_exchanges:
-                break
-            decision = await visit.triage(step)
-            action = decision.action
-            if action == "direct" and (direct >= settings.max_direct_replies or not decision.reply.strip()):
-                action = "history"
-            if action == "diagnose" and exchanges == 0:
-                action = "history"  # nothing has been asked yet: take some history first
-            if action != decision.action:
-                visit.rec.add("note", f"Moderator chose '{decision.action}'; the panel takes the history instead.",
-                              speaker="Moderator", phase="triage", round=step, data={"step": step})
-            if action == "diagnose":
-                break
-            if action == "direct":
-                direct += 1
-                words = decision.reply.strip()
-                visit.rec.add("turn", words, speaker="Moderator", role="moderator", phase="direct-reply", round=step, data={"step": step})
-            else:
-                exchanges += 1
-                words = numbered(await visit.take_history(exchanges, step))
-            visit.doctor_says(words)
-            await visit.patient_says(words, step)
-        diagnosis = await visit.diagnose()
-        evaluation = await visit.evaluate(diagnosis)
-    finally:
-        await visit.close()
-    return Outcome(answer=diagnosis["primary"], transcript=visit.rec.transcript, data={
+async def run(case: Case, panel: Panel, settings: OsceSettings, context: RunContext | None = None) -> Outcome:
+    context = quiet(context)
+    visit = Consultation(case, panel, settings, context.transcript())
+    await visit.patient_says(OPENING, step=0)
+    exchanges = direct = 0
+    # Each pass spends one history exchange or one direct reply, so the two budgets bound the loop.
+    for step in range(1, settings.max_exchanges + settings.max_direct_replies + 1):
+        if exchanges >= settings.max_exchanges:
+            break
+        context.check()
+        decision = await visit.triage(step)
+        action = decision.action
+        if action == "direct" and (direct >= settings.max_direct_replies or not decision.reply.strip()):
+            action = "history"
+        if action == "diagnose" and exchanges == 0:
+            action = "history"  # nothing has been asked yet: take some history first
+        if action != decision.action:
+            visit.transcript.record("note", f"Moderator chose '{decision.action}'; the panel takes the history instead.",
+                                    speaker="Moderator", phase="triage", round=step, data={"step": step})
+        if action == "diagnose":
+            break
+        if action == "direct":
+            direct += 1
+            words = decision.reply.strip()
+            visit.transcript.record("turn", words, speaker="Moderator", role="moderator", phase="direct-reply", round=step, data={"step": step})
+        else:
+            exchanges += 1
+            words = numbered(await visit.take_history(exchanges, step, context))
+        visit.doctor_says(words)
+        await visit.patient_says(words, step)
+    diagnosis = await visit.diagnose(context)
+    return Outcome(answer=diagnosis["primary"], transcript=visit.transcript, data={
         "diagnosis": diagnosis,
         "questions_asked": visit.questions_asked,
         "history_exchanges": exchanges,
         "direct_replies": direct,
         "history_consensus": visit.history_scores,
-        **evaluation,
     })
 
 
 def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
-    judged = outcome.data.get("judged")
-    metrics = osce_metrics(judged) if judged else {"picr": None, "prqr": None, "pda": None, "sda": None}
+    """Whether the doctors' primary diagnoses agreed (the judge's four metrics are OSCE_JUDGE's)."""
     status = (outcome.data.get("diagnosis") or {}).get("status")
-    return {
-        **metrics,
-        "diagnosis_consensus": None if status in (None, "single") else float(status == "consensus"),
-    }
+    return {"diagnosis_consensus": None if status in (None, "single") else float(status == "consensus")}
 
 
-SPEC = ProtocolSpec(name="osce", run=run, settings=OsceSettings, score=score, min_models=1,
+SPEC = ProtocolSpec(name="osce", run=run, settings=OsceSettings, scorers=(pure("osce", score, {"diagnosis_consensus": PROPORTION}), OSCE_JUDGE),
+                    min_models=1, role_defaults={"patient": "local", "moderator": "@seat", "judge": "@moderator"},
                     description="MCC diagnostic dialogue: panel history taking with a simulated patient, diagnosis by consensus, OSCE metrics")

@@ -9,8 +9,9 @@
        otherwise every seat revises its answer from the reviews it received, and the next round
        reviews the revisions; at most `max_rounds` review rounds (the last one is followed by a
        revision when it did not stop, as in MCC's released code)
-    5. a moderator seat consolidates the final answers without adding content, tagging each point
-       with the seats it came from, e.g. "[Panelist 1, Panelist 2]"
+    5. the moderator consolidates the final answers without adding content, tagging each point
+       with the seats it came from, e.g. "[Panelist 1, Panelist 2]"; the moderator is the panel's
+       `moderator` role (by default the first seat's model; a seat's model speaks as that seat)
 
 Prompts call the seats "Panelist 1", "Panelist 2"... in seat order, never by their names (a seat's name
 is its model spec, server URL included); the transcript keeps the names, and the outcome maps each label
@@ -40,11 +41,14 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field, create_model, model_validator
 
 from medpanel.cases.model import Case
+from medpanel.context import RunContext, quiet
 from medpanel.errors import UsageError
 from medpanel.models.base import Model, Reply
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings, gather_seats, seat_labels
 from medpanel.scoring.consensus import consensus_score, dimension_agreements
-from medpanel.transcript import Event, Transcript
+from medpanel.scoring.metrics import PROPORTION, UNIT
+from medpanel.scoring.scorer import pure
+from medpanel.transcript import Transcript
 
 # What each review dimension asks; the OSCE history taking adds readability (MCC, after ref. 36).
 DIMENSIONS = {
@@ -55,8 +59,9 @@ DIMENSIONS = {
 }
 
 
-class DebateSettings(Settings):
-    """What every scored-review debate shares: when to stop, and how the seats are asked."""
+class CritiqueSettings(Settings):
+    """What every scored-review debate (the long form, the OSCE history taking) shares: when the
+    critique cycle stops, and how the seats are asked."""
 
     budgets: ClassVar[dict[str, tuple[int, int]]] = {"max_tokens": (1024, 2048), "review_max_tokens": (512, 1024)}
 
@@ -66,18 +71,16 @@ class DebateSettings(Settings):
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     max_tokens: int | None = Field(default=None, ge=16)  # answers, revisions and the consolidation; None: fit the seat
     review_max_tokens: int | None = Field(default=None, ge=16)  # one review: three or four scores with reasons
-    # Streams each event as it happens (CLI, web). Not part of the stored settings.
-    on_event: Callable[[Event], Any] | None = Field(default=None, exclude=True)
 
     @model_validator(mode="after")
-    def _rounds_fit(self) -> DebateSettings:
+    def _rounds_fit(self) -> CritiqueSettings:
         if self.min_rounds > self.max_rounds:
             raise ValueError(f"min_rounds ({self.min_rounds}) cannot exceed max_rounds ({self.max_rounds})")
         return self
 
 
-class LongformSettings(DebateSettings):
-    moderator: str = ""  # the consolidating seat: its name or 1-based position; "" = the first seat
+class LongformSettings(CritiqueSettings):
+    """The long form's settings: the critique cycle's (who consolidates is the panel's moderator role)."""
 
 
 # ---------------------------------------------------------------- schemas
@@ -123,31 +126,6 @@ QuestionsReview = review_schema("QuestionsReview", ["factual_accuracy", "complet
 class RevisedAnswer(BaseModel):
     critique_summary: str = Field(max_length=800)
     answer: str
-
-
-# ---------------------------------------------------------------- recording
-
-
-class Recorder:
-    """The transcript of one deliberation, with every event also streamed to the settings' listener."""
-
-    def __init__(self, on_event: Callable[[Event], Any] | None = None) -> None:
-        self.transcript = Transcript()
-        self.on_event = on_event
-
-    def _emit(self, event: Event) -> Event:
-        if self.on_event is not None:
-            self.on_event(event)
-        return event
-
-    def reply(self, reply: Reply, *, speaker: str, role: str, phase: str, round: int = 0, data: dict | None = None, text: str | None = None) -> Event:
-        event = self.transcript.add_reply(reply, speaker=speaker, role=role, round=round, phase=phase, data=data)
-        if text is not None:
-            event.text = text  # the words said; the structured reply stays in data
-        return self._emit(event)
-
-    def add(self, kind: Any, text: str = "", **fields: Any) -> Event:
-        return self._emit(self.transcript.add(kind, text, **fields))
 
 
 # ---------------------------------------------------------------- the review-and-revise cycle
@@ -215,16 +193,18 @@ def render_reviews(received: dict[str, Review], labels: dict[str, str]) -> str:
 
 
 async def critique_cycle(seats: dict[str, Model], drafts: dict[str, str], work: Deliberation,
-                         settings: DebateSettings, rec: Recorder) -> CycleResult:
+                         settings: CritiqueSettings, transcript: Transcript, context: RunContext | None = None) -> CycleResult:
     """Review, score agreement, revise; until the scores agree or the rounds run out (see module doc)."""
+    context = quiet(context)
     if len(seats) < 2:
-        rec.add("note", "One seat: nothing to review.", phase="review", data=dict(work.data))
+        transcript.record("note", "One seat: nothing to review.", phase="review", data=dict(work.data))
         return CycleResult(dict(drafts), [], False, "single_seat")
     drafts = dict(drafts)
     labels = seat_labels(seats)
     scores: list[float] = []
     pairs = [(r, t) for r in seats for t in seats if r != t]
     for rnd in range(1, settings.max_rounds + 1):
+        context.check()
         replies = await gather_seats([_review(seats[r], r, t, drafts, labels, work, settings) for r, t in pairs],
                                      [r for r, _ in pairs], f"reviewing in round {rnd}", seats)
         received: dict[str, dict[str, Review]] = {seat: {} for seat in seats}
@@ -234,13 +214,13 @@ async def critique_cycle(seats: dict[str, Model], drafts: dict[str, str], work: 
             received[target][reviewer] = review
             for dim, value in review.scores().items():
                 by_dimension[dim].append(value)
-            rec.reply(reply, speaker=reviewer, role="reviewer", phase="review", round=rnd, text=review_text(target, review),
+            transcript.record("turn", review_text(target, review), reply=reply, speaker=reviewer, role="reviewer", phase="review", round=rnd,
                       data={**work.data, "target": target, "scores": review.scores(), "review": review.model_dump()})
         score = consensus_score(by_dimension)
         scores.append(score)
         reached = score >= settings.threshold
         stop = reached and rnd >= settings.min_rounds
-        rec.add("score", f"{score:.2f}", speaker="Panel", round=rnd, phase="consensus",
+        transcript.record("score", f"{score:.2f}", speaker="Panel", round=rnd, phase="consensus",
                 data={**work.data, "consensus": score, "by_dimension": dimension_agreements(by_dimension),
                       "threshold": settings.threshold, "reached": reached, "stop": stop})
         if stop:
@@ -249,13 +229,13 @@ async def critique_cycle(seats: dict[str, Model], drafts: dict[str, str], work: 
                                        list(seats), f"revising in round {rnd}", seats)
         for seat, reply in zip(seats, revisions):
             drafts[seat] = work.draft_of(reply.parsed)
-            rec.reply(reply, speaker=seat, role="panelist", phase="revision", round=rnd, text=drafts[seat],
+            transcript.record("turn", drafts[seat], reply=reply, speaker=seat, role="panelist", phase="revision", round=rnd,
                       data={**work.data, "critique_summary": reply.parsed.critique_summary})
     return CycleResult(drafts, scores, scores[-1] >= settings.threshold, "max_rounds")
 
 
 async def _review(model: Model, reviewer: str, target: str, drafts: dict[str, str], labels: dict[str, str],
-                  work: Deliberation, settings: DebateSettings) -> Reply:
+                  work: Deliberation, settings: CritiqueSettings) -> Reply:
     system = REVIEW_SYSTEM.format(seat=labels[reviewer], label=work.label, dimensions=_dimension_lines(work.review_schema))
     user = (f"{work.task}\n\n{work.label.upper()} BY {labels[target]} TO REVIEW:\n{drafts[target]}\n\n"
             f"YOUR OWN {work.label.upper()}, FOR COMPARISON:\n{drafts[reviewer]}")
@@ -264,7 +244,7 @@ async def _review(model: Model, reviewer: str, target: str, drafts: dict[str, st
 
 
 async def _revise(model: Model, seat: str, draft: str, received: dict[str, Review], labels: dict[str, str],
-                  work: Deliberation, settings: DebateSettings) -> Reply:
+                  work: Deliberation, settings: CritiqueSettings) -> Reply:
     system = REVISION_SYSTEM.format(seat=labels[seat], label=work.label)
     user = f"{work.task}\n\nYOUR CURRENT {work.label.upper()}:\n{draft}\n\nREVIEWS YOU RECEIVED:\n{render_reviews(received, labels)}"
     return await model.complete([{"role": "system", "content": system}, {"role": "user", "content": user}],
@@ -299,18 +279,14 @@ def attributions(text: str, seats: list[str]) -> tuple[dict[str, int], list[str]
     return counts, unknown
 
 
-def pick_moderator(panel: Panel, choice: str) -> tuple[str, Model]:
-    """The moderator seat by name or 1-based position; the first seat when `choice` is empty."""
-    names = list(panel.seats)
-    if not choice:
+def moderator_seat(panel: Panel) -> tuple[str, Model]:
+    """Who consolidates, and the name it speaks under: the panel's moderator role (the runner defaults it
+    to the first seat's model), named after the seat it sits in, or "Moderator" when it holds none; a
+    panel built without the role (a test, a notebook) has its first seat moderate."""
+    model = panel.role("moderator")
+    if model is None:
         return panel.first()
-    if choice in panel.seats:
-        return choice, panel.seats[choice]
-    if choice.isdigit() and 1 <= int(choice) <= len(names):
-        name = names[int(choice) - 1]
-        return name, panel.seats[name]
-    raise UsageError(f"No seat '{choice}' to moderate: the seats are {', '.join(names)}.",
-                     f"Set moderator to a seat name or a position from 1 to {len(names)}.")
+    return next((seat for seat, sitting in panel.seats.items() if sitting is model), "Moderator"), model
 
 
 # ---------------------------------------------------------------- the protocol
@@ -333,10 +309,11 @@ def question_task(case: Case) -> str:
     return f"QUESTION:\n{case.question}"
 
 
-async def run(case: Case, panel: Panel, settings: LongformSettings) -> Outcome:
+async def run(case: Case, panel: Panel, settings: LongformSettings, context: RunContext | None = None) -> Outcome:
+    context = quiet(context)
     case.require("question", protocol="longform")
-    moderator_seat, moderator = pick_moderator(panel, settings.moderator)
-    rec = Recorder(settings.on_event)
+    speaker, moderator = moderator_seat(panel)
+    transcript = context.transcript()
     work = Deliberation(task=question_task(case), label="answer")
     seats = dict(panel.seats)
     labels = seat_labels(seats)
@@ -348,12 +325,13 @@ async def run(case: Case, panel: Panel, settings: LongformSettings) -> Outcome:
     drafts = {}
     for seat, reply in zip(seats, answers):
         drafts[seat] = reply.text.strip()
-        rec.reply(reply, speaker=seat, role="panelist", phase="initial", round=0)
+        transcript.record("turn", reply=reply, speaker=seat, role="panelist", phase="initial", round=0)
 
-    cycle = await critique_cycle(seats, drafts, work, settings, rec)
+    cycle = await critique_cycle(seats, drafts, work, settings, transcript, context)
 
-    if len(seats) == 1:
-        final, counts, unknown = cycle.drafts[moderator_seat], {moderator_seat: 0}, []
+    if len(seats) == 1:  # nothing to consolidate: the one seat's answer is the panel's
+        speaker = next(iter(seats))
+        final, counts, unknown = cycle.drafts[speaker], {speaker: 0}, []
     else:
         names = list(labels.values())
         system = CONSOLIDATION_SYSTEM.format(names=", ".join(names), example=f"'Vestibular migraine can cause imbalance {attribution_tag(names[:2])}'")
@@ -363,11 +341,11 @@ async def run(case: Case, panel: Panel, settings: LongformSettings) -> Outcome:
         final = reply.text.strip()
         by_label, unknown = attributions(final, names)
         counts = {seat: by_label[label] for seat, label in labels.items()}  # credits by seat, as the transcript names them
-        rec.reply(reply, speaker=moderator_seat, role="moderator", phase="consolidation",
-                  data={"attributions": counts, "unknown_sources": unknown})
-    rec.add("decision", final, speaker=moderator_seat, phase="conclusion",
-            data={"consensus": cycle.scores[-1] if cycle.scores else None, "rounds": cycle.rounds, "stopped_by": cycle.stopped_by})
-    return Outcome(answer=final, transcript=rec.transcript, data={
+        transcript.record("turn", reply=reply, speaker=speaker, role="moderator", phase="consolidation",
+                          data={"attributions": counts, "unknown_sources": unknown})
+    transcript.record("decision", final, speaker=speaker, phase="conclusion",
+                      data={"consensus": cycle.scores[-1] if cycle.scores else None, "rounds": cycle.rounds, "stopped_by": cycle.stopped_by})
+    return Outcome(answer=final, transcript=transcript, data={
         "consensus_by_round": cycle.scores,
         "rounds": cycle.rounds,
         "reached_consensus": cycle.reached,
@@ -390,5 +368,9 @@ def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
     }
 
 
-SPEC = ProtocolSpec(name="longform", run=run, settings=LongformSettings, score=score, min_models=1, needs=("question",),
+# "consensus" here is MCC's agreement score of the last round (a share), not the multiple-choice 0/1 outcome.
+LONGFORM_METRICS = {"consensus": UNIT, "reached_consensus": PROPORTION, "seats_credited": UNIT}
+
+SPEC = ProtocolSpec(name="longform", run=run, settings=LongformSettings, scorers=(pure("longform", score, LONGFORM_METRICS),),
+                    min_models=1, needs=("question",), role_defaults={"moderator": "@seat"},
                     description="MCC long-form debate: open answers, scored cross-review until agreement, attributed consolidation")

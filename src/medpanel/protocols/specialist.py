@@ -8,8 +8,8 @@ by default an answer that runs over is kept whole and the violation scored (`wit
 = 0), so the judge grades what the model said; `sentence_limit="trim"` keeps the first three
 sentences instead and records that it did.
 
-With a `judge` model spec, the clinical-equivalence judge grades the answer against the reference
-answer at the end of the protocol, and `score` reads the judgement from Outcome.data.
+When the panel has a `judge` role, the runner's clinical-equivalence scorer (scoring.judges.SPECIALIST_JUDGE)
+grades the answer against the reference answer after the run, reading the outcome and its transcript.
 """
 
 from __future__ import annotations
@@ -22,15 +22,16 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator
 
 from medpanel.cases.model import Case, Reference
+from medpanel.context import RunContext, quiet
 from medpanel.errors import StructuredOutputError, UsageError
-from medpanel.models import build_model
 from medpanel.models.messages import Message
-from medpanel.models.registry import parse_spec
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
-from medpanel.reply_text import strip_reasoning, strip_reply
+from medpanel.reply_text import strip_reply
 from medpanel.scoring import judges
+from medpanel.scoring.judges import released_answer_text  # noqa: F401  (re-exported for callers)
+from medpanel.scoring.metrics import metric_kind
+from medpanel.scoring.scorer import pure
 from medpanel.scoring.sentences import count_sentences, first_sentences, sentence_spans  # noqa: F401  (re-exported for callers)
-from medpanel.transcript import Transcript
 
 MAX_SENTENCES = 3
 
@@ -58,7 +59,7 @@ class SpecialistSettings(BaseModel):
     max_tokens: int = Field(default=300, ge=16)
     prompt_file: Path | None = None  # a system prompt file, e.g. the paper's own Specialist Turn prompt
     sentence_limit: Literal["score", "trim"] = "score"  # what to do with an answer over three sentences
-    judge: str | None = None  # model spec of the clinical-equivalence judge; None: no judging
+    # The judge is the panel's `judge` role (the run's config); these say how it judges.
     judge_prompt_file: Path | None = None
     judge_max_tokens: int = Field(default=judges.DEFAULT_MAX_TOKENS, ge=16)  # medpanel mode; released uses the release's budget
     judge_mode: Literal["medpanel", "released"] = "medpanel"  # released: the benchmark's own evaluation (docs/judges.md)
@@ -69,13 +70,6 @@ class SpecialistSettings(BaseModel):
         if value is not None:
             judges.read_prompt_file(value)  # raises UsageError (not a ValueError), so it reaches the user as is
         return value
-
-    @field_validator("judge")
-    @classmethod
-    def _judge_spec_parses(cls, value: str | None) -> str | None:
-        if value:
-            parse_spec(value)  # an unknown provider fails before any item runs
-        return value or None
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -108,57 +102,6 @@ def answer_text(raw: str) -> str:
         except json.JSONDecodeError:
             pass
     return body
-
-
-_RELEASED_WRAPPER = re.compile(r'^\s*\{\s*"answer"\s*:\s*"', re.I | re.S)  # key compared case-blind
-_RELEASED_ESCAPE = re.compile(r'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
-_RELEASED_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
-
-
-def _unescape_fragment(text: str) -> str:
-    """JSON string escapes decoded, nothing else touched (for a reply cut off inside its JSON string)."""
-    def one(match: re.Match[str]) -> str:
-        body = match.group(0)[1:]
-        return chr(int(body[1:], 16)) if body.startswith("u") else _RELEASED_ESCAPES[body]
-    return _RELEASED_ESCAPE.sub(one, text)
-
-
-def released_answer_text(raw: str | None) -> str | None:
-    """The answer as the benchmark's evaluation reads a raw Specialist Turn reply (its
-    `extract_answer_text`); None is a format failure. Only a whole-reply JSON object whose "answer"
-    is a string counts as JSON; a reply that opens '{"answer": "' but was cut off keeps the text
-    after that opening (a trailing brace and quote dropped, escapes decoded); any other reply that
-    starts with '{' or '[' is a format failure; anything else is the answer verbatim, so prose
-    around a JSON object stays in. A closed reasoning block is removed first (the release reads a
-    reasoning model's final response only) and reasoning that never closes is no answer."""
-    if raw is None:
-        return None
-    stripped = strip_reasoning(raw)
-    if stripped.unclosed_reasoning:
-        return None
-    text = stripped.text.strip()
-    if not text:
-        return None
-    if text.startswith("```"):  # a fence: its first line and a closing line of only ``` are dropped
-        lines = text.splitlines()[1:]
-        if lines and lines[-1].strip() == "```":
-            lines = lines[:-1]
-        text = "\n".join(lines).strip()
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        value = None
-    if isinstance(value, dict) and isinstance(value.get("answer"), str):
-        return value["answer"].strip() or None
-    opening = _RELEASED_WRAPPER.match(text)
-    if opening:
-        rest = text[opening.end():].strip()
-        rest = rest[:-1].rstrip() if rest.endswith("}") else rest
-        rest = rest[:-1] if rest.endswith('"') else rest
-        return _unescape_fragment(rest).strip() or None
-    if text.startswith(("{", "[")) or text == '""':
-        return None
-    return text or None  # a fence around nothing is no answer either
 
 
 def specialist_prompt(case: Case) -> str:
@@ -208,7 +151,8 @@ def specialist_item(case: Case, question: str, role: str, reference: str | None 
 
 # ---------------------------------------------------------------- the protocol
 
-async def run(case: Case, panel: Panel, settings: SpecialistSettings) -> Outcome:
+async def run(case: Case, panel: Panel, settings: SpecialistSettings, context: RunContext | None = None) -> Outcome:
+    context = quiet(context)
     case.require("summary", "question", "target_role", protocol="specialist")
     seat, model = panel.first()
     images = case.images() if model.supports_vision else []
@@ -217,19 +161,19 @@ async def run(case: Case, panel: Panel, settings: SpecialistSettings) -> Outcome
     else:
         system = SYSTEM + (VISION_NOTE if images else "")
     messages = [Message(role="system", content=system), Message(role="user", content=specialist_prompt(case), images=images)]
-    transcript = Transcript()
+    transcript = context.transcript()
     unclosed = False
     try:
         reply = await model.complete(messages, schema=SpecialistAnswer, temperature=settings.temperature, max_tokens=settings.max_tokens)
         said, format_ok, raw = reply.parsed.answer.strip(), True, reply.text
-        transcript.add_reply(reply, speaker=seat, role=case.target_role, phase="answer", data={"format_ok": True})
+        transcript.record("turn", reply=reply, speaker=seat, role=case.target_role, phase="answer", data={"format_ok": True})
     except StructuredOutputError as exc:
         # Read the last reply as the benchmark would, rather than dropping the item.
         said, format_ok, raw = answer_text(exc.last_text), False, exc.last_text
         unclosed = strip_reply(exc.last_text).unclosed_reasoning
-        transcript.add("turn", exc.last_text, speaker=seat, role=case.target_role, model=model.id, phase="answer",
-                       data={"format_ok": False, "error": exc.problem,
-                             **({"no_answer": "the reasoning never closed"} if unclosed else {})})
+        transcript.record("turn", exc.last_text, speaker=seat, role=case.target_role, model=model.id, phase="answer",
+                          data={"format_ok": False, "error": exc.problem,
+                                **({"no_answer": "the reasoning never closed"} if unclosed else {})})
     sentences = count_sentences(said)
     answer = first_sentences(said, MAX_SENTENCES)[0] if settings.sentence_limit == "trim" else said
     trimmed = answer != said
@@ -242,35 +186,25 @@ async def run(case: Case, panel: Panel, settings: SpecialistSettings) -> Outcome
         data["no_answer"] = "the reasoning never closed"  # recorded as no answer, not as a wrong one
     if trimmed:
         data["untrimmed_answer"] = said
-    transcript.add("decision", answer, speaker=seat, role=case.target_role, phase="answer", data={"sentences": sentences, "trimmed": trimmed})
-    if settings.judge:
-        candidate = answer
-        if settings.judge_mode == "released":  # the release's reader on the raw reply, not medpanel's lenient one
-            candidate = released_answer_text(raw)
-            data["released_answer"] = candidate
-        judge = build_model(settings.judge, runtime=model.runtime)
-        try:
-            result = await judges.judge_equivalence(judge, case, candidate, prompt_file=settings.judge_prompt_file,
-                                                    max_tokens=settings.judge_max_tokens, mode=settings.judge_mode)
-        finally:
-            await judge.aclose()
-        judges.record(transcript, result)
-        data["judge"] = result.model_dump(mode="json")
+    if settings.judge_mode == "released":  # shown beside medpanel's reading; the judge scorer reads the raw turn itself
+        data["released_answer"] = released_answer_text(raw)
+    transcript.record("decision", answer, speaker=seat, role=case.target_role, phase="answer", data={"sentences": sentences, "trimmed": trimmed})
     return Outcome(answer=answer or None, transcript=transcript, data=data)
 
 
-def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
+def turn_scores(case: Case, outcome: Outcome) -> dict[str, float | None]:
+    """Judge-free scores of the answer: given at all, valid JSON, within three sentences, insufficient context."""
     data = outcome.data
-    scores: dict[str, float | None] = {
+    return {
         "answered": 1.0 if outcome.answer else 0.0,
         "format_ok": 1.0 if data.get("format_ok") else 0.0,
         "within_three_sentences": 1.0 if data.get("within_limit") else 0.0,
         "insufficient_context": 1.0 if data.get("insufficient_context") else 0.0,
     }
-    if "judge" in data:
-        scores |= judges.merged_scores([judges.JudgeResult.model_validate(data["judge"])])
-    return scores
 
 
-SPEC = ProtocolSpec(name="specialist", run=run, settings=SpecialistSettings, score=score, expand=specialist_items, needs=("summary", "question", "target_role"),
+TURN_METRICS = {name: metric_kind(name) for name in ("answered", "format_ok", "within_three_sentences", "insufficient_context")}
+
+SPEC = ProtocolSpec(name="specialist", run=run, settings=SpecialistSettings, scorers=(pure("turn", turn_scores, TURN_METRICS), judges.SPECIALIST_JUDGE),
+                    expand=specialist_items, needs=("summary", "question", "target_role"),
                     description="one model, as the named specialist, answers the board's question in at most three sentences")

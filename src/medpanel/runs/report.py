@@ -25,7 +25,8 @@ from medpanel.protocols import expands_cases
 from medpanel.runs import stats
 from medpanel.runs.runner import failure_digest, run_roles
 from medpanel.runs.store import Store
-from medpanel.scoring.metrics import MetricKind, metric_kind
+from medpanel.runs.scoring import declared_kind
+from medpanel.scoring.metrics import MetricKind
 
 PLOT_FILE = "accuracy_vs_cost.png"
 
@@ -129,7 +130,7 @@ def run_report(data: RunData, confidence: float) -> dict:
             "items": [{"item": i["item_id"], "repeat": i["repeat"], "kind": i["error_kind"] or "error",
                        "error": (i["error"] or "").partition("\n")[0]} for i in failed],
         },
-        "scores": {name: score_report(by_key, metric_kind(name, data.run["protocol"]), confidence)
+        "scores": {name: score_report(by_key, declared_kind(name, data.run["protocol"]), confidence)
                    for name, by_key in sorted(data.scores.items())},
         "tokens": {"input_total": sum(i["input_tokens"] or 0 for i in items), "output_total": sum(i["output_tokens"] or 0 for i in items),
                    "input_per_item": per_item(sum(i["input_tokens"] or 0 for i in done)),
@@ -155,7 +156,7 @@ def compare_pair(a: RunData, b: RunData, name: str, *, confidence: float, seed: 
     items_a, items_b = _by_item(a.scores[name]), _by_item(b.scores[name])
     shared = sorted(set(items_a) & set(items_b))
     values = [v for item in shared for v in (*items_a[item].values(), *items_b[item].values())]
-    kind = metric_kind(name, a.run["protocol"])
+    kind = declared_kind(name, a.run["protocol"])
     # McNemar is for declared 0/1 outcomes; a proportion holding other values gets the graded tests.
     binary = kind.kind == "proportion" and all(v in (0.0, 1.0) for v in values)
     single = all(len(items_a[i]) == 1 and len(items_b[i]) == 1 for i in shared)

@@ -23,15 +23,19 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from medpanel.cases import Case, load_dataset
 from medpanel.redact import redact
 from medpanel.errors import BudgetExceeded, MedpanelError, UsageError
-from medpanel.models import Runtime, build_model
+from medpanel.context import Cancelled, RunContext, quiet
+from medpanel.models import Runtime
 from medpanel.models.runtime import call_scope
 from medpanel.protocols import Panel, ProtocolSpec, get_protocol
 from medpanel.runs import store as store_module
+from medpanel.runs.panel import build_panel, build_roles, migrate_config, resolve_roles, run_roles  # noqa: F401 (run_roles: re-exported)
+from medpanel.runs.pool import drain
+from medpanel.runs.scoring import score_outcome
 from medpanel.runs.store import Store, StoreError
 from medpanel.transcript import Event, item_transcripts
 
@@ -49,8 +53,13 @@ class RunConfig(BaseModel):
     limit: int | None = Field(default=None, ge=1)
     concurrency: int = Field(default=8, ge=1, le=1024)
     settings: dict[str, Any] = Field(default_factory=dict)  # the protocol's own settings
-    # The panel beyond the seats (models): the patient and judge models that score or shape the run.
+    # The panel beyond the seats: role -> model spec (judge, patient, moderator, a seat title); see runs/panel.py.
     roles: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _roles_apart(cls, values: Any) -> Any:
+        return migrate_config(values) if isinstance(values, dict) else values
 
 
 @dataclass
@@ -134,33 +143,6 @@ def expand_items(spec: ProtocolSpec, cases: list[Case]) -> list[Case]:
     return cases if spec.expand is None else [item for case in cases for item in spec.expand(case)]
 
 
-def panel_roles(protocol: str, settings: BaseModel | dict, seats: list[str]) -> dict[str, str]:
-    """The models a protocol builds from its settings besides the seats (patient, moderator, judge), as
-    specs, so they are recorded with the run. OSCE's defaults are spelled out (protocols/dialogue.py:
-    the moderator is the first seat, the judge the moderator), so an explicit default compares equal."""
-    values = settings if isinstance(settings, dict) else {k: getattr(settings, k, None) for k in ("patient", "moderator", "judge")}
-    roles = {}
-    for role in ("patient", "moderator", "judge"):
-        value = values.get(role)
-        if value:  # a ready Model (tests, the web app) is recorded by its id
-            roles[role] = value if isinstance(value, str) else str(getattr(value, "id", value))
-    if protocol == "osce":
-        roles.setdefault("patient", "local")
-        if roles["patient"].strip() == "human":
-            roles["patient"] = "human:Patient"
-        if seats:
-            roles.setdefault("moderator", seats[0])
-        if "moderator" in roles:
-            roles.setdefault("judge", roles["moderator"])
-    return {role: roles[role] for role in ("patient", "moderator", "judge") if role in roles}  # one order everywhere
-
-
-def run_roles(run: dict) -> dict[str, str]:
-    """A stored run's recorded roles; for runs recorded before roles were, read from its settings."""
-    config = run.get("settings") or {}
-    return config.get("roles") or panel_roles(run["protocol"], config.get("settings") or {}, run.get("models") or [])
-
-
 def partial_events(transcripts: list, exc: BaseException, error: str, kind: str) -> list[dict]:
     """What a failed item had said: the events of every transcript it built, in order (an event shared by
     two transcripts once), then an `error` event saying why it stopped."""
@@ -176,12 +158,6 @@ def partial_events(transcripts: list, exc: BaseException, error: str, kind: str)
     return events
 
 
-def build_panel(specs: list[str], runtime: Runtime) -> Panel:
-    if not specs:
-        raise UsageError("No models given.", "Pass --models, e.g. --models local or --models openai:gpt-4o-mini.")
-    return Panel.of([build_model(s, runtime) for s in specs], names=specs)
-
-
 async def run_benchmark(
     store: Store,
     config: RunConfig,
@@ -194,20 +170,27 @@ async def run_benchmark(
     cases: list[Case] | None = None,
     on_progress: ProgressHook | None = None,
     settings: BaseModel | None = None,
+    context: RunContext | None = None,
 ) -> RunResult:
     """Start (or resume) a run and drive it to the end, a budget stop, or an interruption.
 
-    `settings`, when given, is the protocol's settings object as built by the caller (it may carry
-    callbacks such as a streaming `on_event`); otherwise it is validated from `config.settings`.
+    `settings`, when given, is the protocol's settings object as built by the caller; otherwise it is
+    validated from `config.settings`. `context` carries what is live (event listener, a person's seat,
+    cancellation); the runner builds every model of the panel (seats and roles) unless `panel` is given.
     """
     spec = protocol or get_protocol(config.protocol)
+    context = quiet(context)
     settings = settings if settings is not None else protocol_settings(spec, config.settings)
     cases = expand_items(spec, cases if cases is not None else load_dataset(config.dataset, config.limit))
     check_needs(spec, cases)
-    panel = panel or build_panel(config.models, runtime)
+    roles = resolve_roles(spec, config.models, config.roles)
+    if panel is None:
+        panel = build_panel(config.models, runtime, roles, context)
+    else:  # a caller's own seats (tests, a prebuilt panel): the roles it lacks are built here all the same
+        build_roles(panel, roles, runtime, context)
+        roles |= {role: model.id for role, model in panel.roles.items() if role not in roles}
     # A dollar cap needs the price of every model the run may call (roles included), before any call.
-    roles = [getattr(settings, role, None) for role in ("patient", "moderator", "judge")] + list(config.roles.values())
-    runtime.check_prices([*panel.seats.values(), *(role for role in roles if role)])
+    runtime.check_prices(panel.models())
     if len(panel) < spec.min_models:
         raise UsageError(f"The {spec.name} protocol needs at least {spec.min_models} models; got {len(panel)}.", "Add models with --models.")
     # One writer per run: the lease is taken with the run (create_run) or before resuming it; a live holder
@@ -221,7 +204,7 @@ async def run_benchmark(
         store.set_run_status(run_id, "running", took_over)
     else:
         run_id = run_id or new_run_id()
-        config = config.model_copy(update={"roles": config.roles or panel_roles(spec.name, settings, config.models)})
+        config = config.model_copy(update={"roles": roles})
         store.create_run(run_id, dataset=config.dataset, protocol=spec.name, models=config.models,
                          settings=config.model_dump(mode="json"), lease=(token, pid, host))
     beat = Heartbeat(store, run_id, token, store_module.LEASE_HEARTBEAT_S)
@@ -239,9 +222,6 @@ async def run_benchmark(
         raise
     todo = [(c, r) for r in range(config.repeats) for c in cases if (c.id, r) not in finished]
     progress = Progress(total=len(cases) * config.repeats, skipped=len(cases) * config.repeats - len(todo))
-    queue: asyncio.Queue[tuple[Case, int]] = asyncio.Queue()
-    for item in todo:
-        queue.put_nowait(item)
 
     async def run_item(case: Case, repeat: int) -> None:
         token = call_scope.set((run_id, case.id, repeat))
@@ -255,14 +235,14 @@ async def run_benchmark(
             progress.failed += 1
 
         try:
-            outcome = await spec.run(case, panel, settings)
-            scores = spec.score(case, outcome)
+            outcome = await spec.run(case, panel, settings, context)
+            scores = await score_outcome(spec, case, outcome, panel.roles, settings, context)
             store.write_item(run_id, case.id, repeat, status="done", outcome=outcome.model_dump(mode="json", exclude={"transcript"}),
                              events=[e.model_dump(mode="json") for e in outcome.transcript], scores=scores,
                              started_at=started, totals=outcome.transcript.totals())
             progress.done += 1
-        except (BudgetExceeded, StoreError):
-            raise  # not the item's fault (a cap, a full disk): leave it unrecorded so a resume runs it
+        except (BudgetExceeded, StoreError, Cancelled):
+            raise  # not the item's fault (a cap, a full disk, a stop button): leave it unrecorded so a resume runs it
         except MedpanelError as exc:
             # A failed item is recorded as failed, never scored as wrong and never dropped.
             record_failure(exc, str(exc), getattr(exc, "kind", type(exc).__name__))
@@ -278,23 +258,17 @@ async def run_benchmark(
     # already sent finish and are logged and cached, so a resume does not pay for them again).
     capped: list[BudgetExceeded] = []
 
-    async def worker() -> None:
-        while not capped and not beat.lost:
-            try:
-                case, repeat = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
-            try:
-                await run_item(case, repeat)
-            except BudgetExceeded as exc:
-                capped.append(exc)
+    async def work(item: tuple[Case, int]) -> None:
+        try:
+            await run_item(*item)
+        except BudgetExceeded as exc:
+            capped.append(exc)
 
     started = time.perf_counter()
-    workers = [asyncio.create_task(worker()) for _ in range(min(config.concurrency, len(todo)))]
     status, error = "done", None
     raising = False
     try:
-        await asyncio.gather(*workers)
+        await drain(todo, work, config.concurrency, keep_going=lambda: not capped and not beat.lost and not context.cancelled)
         if beat.lost:
             holder = store.lease(run_id) or {}
             raise UsageError(f"Run {run_id} was taken over by another writer (pid {holder.get('pid')} on {holder.get('host')}) "
@@ -302,6 +276,7 @@ async def run_benchmark(
                              "Let the other writer finish the run; finished items are saved.")
         if capped:
             raise capped[0]
+        context.check()  # cancelled: no new item started, and the run is not done
         digest = failure_digest(store.items(run_id))  # the whole run's items: a resume re-runs the failed ones
         if digest["failed"]:
             status = "done_with_failures"
@@ -310,6 +285,8 @@ async def run_benchmark(
         exc.fix = exc.fix.replace("RUN_ID", run_id)  # the command to copy names this run
         exc.args = (f"{exc.problem} {exc.fix}",)
         status, error = "stopped", exc
+    except Cancelled as exc:  # the items in flight were stopped between turns; a resume runs them
+        status, error = "interrupted", exc
     except (asyncio.CancelledError, KeyboardInterrupt):
         status, raising = "interrupted", True
         raise
@@ -317,9 +294,6 @@ async def run_benchmark(
         status, error, raising = "failed", exc, True
         raise
     finally:
-        for task in workers:
-            task.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
         try:
             if not beat.lost:  # a taken-over run's status belongs to its new writer
                 store.set_run_status(run_id, status, str(error) if error else None)
@@ -332,7 +306,7 @@ async def run_benchmark(
             except StoreError:
                 if not raising:
                     raise
-            for model in set(panel.seats.values()):
+            for model in panel.models():
                 await model.aclose()
     return RunResult(run_id=run_id, status=status, progress=progress, spent=runtime.budget.spent(),
                      wall_s=time.perf_counter() - started, error=error, took_over=took_over)

@@ -17,140 +17,13 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from medpanel.errors import UsageError
-
-MIGRATIONS: list[tuple[str, str]] = [
-    (
-        "0001_initial",
-        """
-        CREATE TABLE runs (
-            id TEXT PRIMARY KEY,
-            created_at REAL NOT NULL,
-            finished_at REAL,
-            status TEXT NOT NULL,            -- running | done | interrupted | stopped (budget) | failed
-            dataset TEXT NOT NULL,
-            protocol TEXT NOT NULL,
-            models TEXT NOT NULL,            -- JSON list of model specs
-            settings TEXT NOT NULL,          -- JSON: everything needed to resume the run as it was started
-            message TEXT
-        );
-        CREATE TABLE items (
-            run_id TEXT NOT NULL REFERENCES runs(id),
-            item_id TEXT NOT NULL,
-            repeat INTEGER NOT NULL,
-            status TEXT NOT NULL,            -- done | failed
-            outcome TEXT,                    -- JSON
-            error TEXT,
-            error_kind TEXT,
-            started_at REAL,
-            finished_at REAL,
-            input_tokens INTEGER DEFAULT 0,
-            output_tokens INTEGER DEFAULT 0,
-            cost_usd REAL DEFAULT 0,
-            calls INTEGER DEFAULT 0,
-            cached_calls INTEGER DEFAULT 0,
-            PRIMARY KEY (run_id, item_id, repeat)
-        );
-        CREATE TABLE events (
-            run_id TEXT NOT NULL,
-            item_id TEXT NOT NULL,
-            repeat INTEGER NOT NULL,
-            seq INTEGER NOT NULL,
-            event TEXT NOT NULL,             -- JSON of medpanel.transcript.Event
-            PRIMARY KEY (run_id, item_id, repeat, seq)
-        );
-        CREATE TABLE scores (
-            run_id TEXT NOT NULL,
-            item_id TEXT NOT NULL,
-            repeat INTEGER NOT NULL,
-            name TEXT NOT NULL,
-            value REAL,
-            PRIMARY KEY (run_id, item_id, repeat, name)
-        );
-        CREATE TABLE calls (
-            key TEXT PRIMARY KEY,            -- sha256 of (model, messages, schema, semantic options, sample index)
-            model TEXT NOT NULL,
-            record TEXT NOT NULL,            -- JSON: text, usage, finish_reason, cost, latency, request
-            created_at REAL NOT NULL
-        );
-        CREATE TABLE call_log (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            key TEXT NOT NULL,
-            model TEXT NOT NULL,
-            cached INTEGER NOT NULL,
-            run_id TEXT,
-            item_id TEXT,
-            repeat INTEGER,
-            at REAL NOT NULL
-        );
-        CREATE INDEX call_log_item ON call_log (run_id, item_id, repeat);
-        """,
-    ),
-    (
-        # call_log.error: set when the call failed for good. (No SQL comment inside ALTER TABLE: SQLite
-        # splices the column text into the stored CREATE statement, and a trailing comment would eat its ')'.)
-        "0002_call_log_error",
-        "ALTER TABLE call_log ADD COLUMN error TEXT",
-    ),
-    (
-        # The call log becomes the ledger of what each item spent: every made call's tokens and dollars,
-        # so failed items, re-asks and judge calls are all counted.
-        "0003_call_log_usage",
-        """
-        ALTER TABLE call_log ADD COLUMN input_tokens INTEGER NOT NULL DEFAULT 0;
-        ALTER TABLE call_log ADD COLUMN output_tokens INTEGER NOT NULL DEFAULT 0;
-        ALTER TABLE call_log ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0
-        """,
-    ),
-    (
-        # served_model: the model id the server reported (a dated snapshot behind an alias such as
-        # gpt-4o). truncated: 1 when the token limit cut the reply; NULL where unknown (failed calls,
-        # rows logged before this migration).
-        "0004_call_log_served_model_truncated",
-        """
-        ALTER TABLE call_log ADD COLUMN served_model TEXT;
-        ALTER TABLE call_log ADD COLUMN truncated INTEGER
-        """,
-    ),
-    (
-        # What a model server was found to accept (e.g. which structured-output form), keyed by its base
-        # URL and model name, so a later run does not pay the rejected first request again.
-        "0005_server_capabilities",
-        """
-        CREATE TABLE server_capabilities (
-            base_url TEXT NOT NULL,
-            model TEXT NOT NULL,
-            name TEXT NOT NULL,              -- e.g. response_format
-            value TEXT NOT NULL,             -- JSON: what was learned
-            updated_at REAL NOT NULL,
-            PRIMARY KEY (base_url, model, name)
-        )
-        """,
-    ),
-    (
-        # One writer per run: the process that holds a run's lease (pid, host), and when it last said it is
-        # alive. Taken and released in IMMEDIATE transactions; a stale one is taken over (see Store.acquire_lease).
-        "0006_run_leases",
-        """
-        CREATE TABLE leases (
-            run_id TEXT PRIMARY KEY,
-            token TEXT NOT NULL,             -- random, per holder: tells two holders in one process apart
-            pid INTEGER NOT NULL,
-            host TEXT NOT NULL,
-            heartbeat_at REAL NOT NULL,
-            started_at REAL NOT NULL
-        )
-        """,
-    ),
-]
+from medpanel.runs.migrations import MIGRATIONS
+from medpanel.runs.store_errors import StoreError, is_store_problem, store_error  # noqa: F401 (StoreError: re-exported)
 
 # How often a run's holder refreshes its lease, and after how long without a refresh the lease is stale
 # (for a holder on this host whose pid is still alive too: it may be a reused pid, or a hung process).
 LEASE_HEARTBEAT_S = 5.0
 LEASE_STALE_S = 60.0
-
-
-class StoreError(UsageError):
-    """The store file itself is the problem (full disk, read-only, corrupted, missing folder): not an item's fault."""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -167,37 +40,6 @@ def _pid_alive(pid: int) -> bool:
             return fh.read().rpartition(")")[2].split()[0] != "Z"
     except (OSError, IndexError):
         return True
-
-
-_STORE_PROBLEMS = ("SQLITE_FULL", "SQLITE_READONLY", "SQLITE_NOTADB", "SQLITE_CORRUPT", "SQLITE_BUSY", "SQLITE_LOCKED",
-                   "SQLITE_IOERR", "SQLITE_CANTOPEN", "SQLITE_PERM")
-
-
-def _store_problem(exc: BaseException) -> bool:
-    """The file, disk or lock is at fault (not the SQL): say so to the user instead of a traceback."""
-    return isinstance(exc, OSError) or str(getattr(exc, "sqlite_errorname", "") or "").startswith(_STORE_PROBLEMS)
-
-
-def store_error(exc: BaseException, path: Path) -> StoreError:
-    """One line saying what is wrong with the store file and what to do, from an sqlite3/OS error."""
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    text = str(exc)
-    resume = "Items already finished are saved; continue with `medpanel bench --resume RUN`."
-    if name.startswith("SQLITE_FULL") or "disk is full" in text or getattr(exc, "errno", None) == 28:
-        return StoreError(f"The disk holding the store {path} is full ({text}).", f"Free space on it, then retry. {resume}")
-    if name.startswith("SQLITE_READONLY") or "readonly" in text or isinstance(exc, PermissionError):
-        return StoreError(f"The store {path} is read-only ({text}).",
-                          "Make the file and its folder writable (chmod u+w), or pass another path with --store or MEDPANEL_STORE.")
-    if name.startswith(("SQLITE_NOTADB", "SQLITE_CORRUPT")) or "not a database" in text or "malformed" in text:
-        return StoreError(f"The store {path} is not a readable SQLite database: it is corrupted or another kind of file ({text}).",
-                          "Pass another path with --store; keep the file: `sqlite3 FILE .recover` may save its runs.")
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in text:
-        return StoreError(f"The store {path} stayed locked by another process for 30 s ({text}).",
-                          "Wait for the other medpanel command to finish, or use another --store.")
-    if name.startswith("SQLITE_IOERR") or "I/O error" in text:
-        return StoreError(f"Reading or writing the store {path} failed: disk I/O error ({text}).",
-                          f"Check the disk (and free space), then retry. {resume}")
-    return StoreError(f"Cannot open the store {path}: {text}.", "Pass a writable path with --store or MEDPANEL_STORE.")
 
 
 def default_store_path() -> Path:
@@ -293,7 +135,7 @@ class Store:
                             pass
                     raise
             except (sqlite3.DatabaseError, OSError) as exc:
-                if not _store_problem(exc):
+                if not is_store_problem(exc):
                     raise
                 raise store_error(exc, self.path) from None
 
@@ -315,7 +157,7 @@ class Store:
             try:
                 return self._db.execute(sql, args).fetchall()
             except sqlite3.DatabaseError as exc:
-                if not _store_problem(exc):
+                if not is_store_problem(exc):
                     raise  # a bug in the query, not a store problem
                 raise store_error(exc, self.path) from None
 
@@ -403,6 +245,18 @@ class Store:
                              (run_id, now, dataset, protocol, json.dumps(models), json.dumps(settings)))
             if lease:
                 self._db.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?, ?)", (run_id, *lease, now, now))
+
+        self._transaction(body)
+
+    def set_run_role(self, run_id: str, role: str, spec: str) -> None:
+        """Record the model in `role` of a stored run (a judge used afterwards, by `medpanel judge run`)."""
+        def body() -> None:
+            row = self._db.execute("SELECT settings FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise UsageError(f"No run '{run_id}' in {self.path}.", "List runs with `medpanel runs`.")
+            settings = json.loads(row["settings"])
+            settings["roles"] = {**(settings.get("roles") or {}), role: spec}
+            self._db.execute("UPDATE runs SET settings = ? WHERE id = ?", (json.dumps(settings), run_id))
 
         self._transaction(body)
 
@@ -558,6 +412,26 @@ class Store:
             raise UsageError(f"Run {run_id} has no item '{item_id}' (repeat {repeat}) to add scores to.", "Item ids are listed by `medpanel show RUN --json`.")
         self._write([("INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?)", (run_id, item_id, repeat, name, value))
                      for name, value in scores.items()])
+
+    def add_scored(self, run_id: str, item_id: str, repeat: int, scores: dict[str, float | None], events: list[dict],
+                   scorers: list[str]) -> None:
+        """Record what scorers run after the item was written (`medpanel judge run`) as the run would have:
+        their scores merged into the item's, their events appended to its transcript (replacing earlier
+        events of the same scorers), and the item's tokens, dollars and calls re-read from the call log."""
+        key = (run_id, item_id, repeat)
+        if not self._query("SELECT 1 FROM items WHERE run_id = ? AND item_id = ? AND repeat = ?", key):
+            raise UsageError(f"Run {run_id} has no item '{item_id}' (repeat {repeat}) to add scores to.", "Item ids are listed by `medpanel show RUN --json`.")
+        kept = [e for e in self.events(run_id, item_id, repeat) if (e.get("data") or {}).get("scorer") not in scorers]
+        counts, spent = self.call_counts(run_id, item_id, repeat), self.item_spend(run_id, item_id, repeat)
+        statements: list[tuple[str, tuple]] = [("DELETE FROM events WHERE run_id = ? AND item_id = ? AND repeat = ?", key)]
+        statements += [("INSERT INTO events VALUES (?, ?, ?, ?, ?)", (*key, seq, json.dumps(ev))) for seq, ev in enumerate([*kept, *events])]
+        statements += [("INSERT OR REPLACE INTO scores VALUES (?, ?, ?, ?, ?)", (*key, name, value)) for name, value in scores.items()]
+        if counts["calls"]:
+            statements.append(("UPDATE items SET input_tokens = ?, output_tokens = ?, cost_usd = ?, calls = ?, cached_calls = ? "
+                               "WHERE run_id = ? AND item_id = ? AND repeat = ?",
+                               (int(spent.get("input_tokens", 0)), int(spent.get("output_tokens", 0)), float(spent.get("cost_usd", 0.0)),
+                                counts["calls"], counts["cached_calls"], *key)))
+        self._write(statements)
 
     def items(self, run_id: str) -> list[dict]:
         rows = self._query("SELECT * FROM items WHERE run_id = ? ORDER BY item_id, repeat", (run_id,))

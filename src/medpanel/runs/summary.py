@@ -8,14 +8,15 @@ from medpanel.protocols import expands_cases
 from medpanel.runs.stats import metric_interval
 from medpanel.runs.runner import failure_digest, run_roles
 from medpanel.runs.store import Store
-from medpanel.scoring.metrics import UNDECLARED, metric_kind
+from medpanel.runs.scoring import declared_kind
+from medpanel.scoring.metrics import UNDECLARED
 
 
 def mean_interval(values: list[float], name: str | None = None, *, protocol: str | None = None, confidence: float = 0.95) -> dict:
     """Mean with its interval, as its declared kind says (medpanel.scoring.metrics; an unnamed or
     unknown score is an undeclared mean, Student t). The maths is medpanel.runs.stats.metric_interval;
     this keeps the small dict shape `show`, `bench` and `judge run` print."""
-    kind = metric_kind(name, protocol) if name is not None else UNDECLARED
+    kind = declared_kind(name, protocol) if name is not None else UNDECLARED
     interval = metric_interval(values, kind, confidence)
     method = interval.method.replace("student-t", "t") if interval.n else None
     return {"n": interval.n, "mean": interval.estimate, "low": interval.low, "high": interval.high, "method": method,

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -319,6 +319,20 @@ def _single_block(pattern: re.Pattern[str], text: str) -> tuple[str | None, re.M
     if len(found) == 1 and found[0].group(1).strip():
         return found[0].group(1).strip(), found[0]
     return None, None
+
+
+def strict_blocks(text: str) -> tuple[str | None, str | None]:
+    """(discussion, conclusion): each the one non-empty block of its kind, stripped, else None, as the
+    training reward reads a response before calling any judge."""
+    return _single_block(_DISCUSSION_BLOCK, text or "")[0], _single_block(_CONCLUSION_BLOCK, text or "")[0]
+
+
+def render_board(turns: Iterable[tuple[str, str]], conclusion: str | None) -> str:
+    """A meeting in Board Simulation's tagged format, numbered from 1: what a live or structured board
+    becomes so every board scorer reads one format. No conclusion: no conclusion block."""
+    lines = [f"<turn {i}> {role}: {text}" for i, (role, text) in enumerate(turns, 1)]
+    closing = f"<conclusion>{conclusion}</conclusion>" if conclusion is not None else ""
+    return "<discussion>\n" + "\n".join(lines) + "\n</discussion>\n" + closing
 
 
 def _conclusion_credit(sentences: int, s: FormatSettings) -> float:

@@ -19,10 +19,15 @@ Whether a detail was disclosed, a question relevant, a diagnosis the same, is ju
 (`judge_*` below, strict schemas, temperature 0); the rates are pure functions of the judged counts,
 so a stored outcome can be rescored without calling anyone. A rate with nothing to divide by (no
 questions asked, no gold diagnosis) is None: not applicable, never zero.
+
+`OSCE_JUDGE` is the scorer the osce protocol declares: it calls the panel's `judge` role on a finished
+consultation (its patient turns, the questions asked, the diagnosis) after the run, records each check
+and the judged counts as score events, and returns the four metrics.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterable
 from functools import cache
@@ -31,6 +36,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, create_model
 
 from medpanel.models.base import Model, Reply
+from medpanel.scoring.metrics import PROPORTION, UNIT
+from medpanel.scoring.scorer import Scorer, ScoreContext, Scores
 
 # ---------------------------------------------------------------- the checklist of patient details
 
@@ -178,7 +185,10 @@ def as_data(text: str) -> str:
     return text
 
 
-async def _ask(judge: Model, system: str, user: str, schema: type[BaseModel], max_tokens: int) -> Reply:
+# Not the rubric judges' call (scoring/judges): there a judge that fails for good marks its rubric
+# failed and the item is still stored; here every check feeds counts that must all exist, so a failure
+# propagates and the item fails (never scored on part of the checks).
+async def _call_judge(judge: Model, system: str, user: str, schema: type[BaseModel], max_tokens: int) -> Reply:
     return await judge.complete([{"role": "system", "content": system}, {"role": "user", "content": user}],
                                 schema=schema, temperature=0.0, max_tokens=max_tokens)
 
@@ -186,13 +196,13 @@ async def _ask(judge: Model, system: str, user: str, schema: type[BaseModel], ma
 async def judge_capture(judge: Model, details: list[str], patient_statements: list[str], *, max_tokens: int = 256) -> tuple[Reply, set[int]]:
     said = "\n".join(f"- {s}" for s in patient_statements) or "(the patient said nothing)"
     user = f"CHECKLIST OF PATIENT FACTS:\n<<<\n{as_data(numbered(details))}\n>>>\n\nWHAT THE PATIENT SAID:\n<<<\n{as_data(said)}\n>>>"
-    reply = await _ask(judge, CAPTURE_SYSTEM, user, number_list_schema("CapturedDetails", "captured", len(details)), max_tokens)
+    reply = await _call_judge(judge, CAPTURE_SYSTEM, user, number_list_schema("CapturedDetails", "captured", len(details)), max_tokens)
     return reply, valid_numbers(reply.parsed.captured, len(details))
 
 
 async def judge_relevance(judge: Model, details: list[str], questions: list[str], *, max_tokens: int = 256) -> tuple[Reply, set[int]]:
     user = f"CHECKLIST OF PATIENT FACTS:\n<<<\n{as_data(numbered(details))}\n>>>\n\nQUESTIONS ASKED:\n<<<\n{as_data(numbered(questions))}\n>>>"
-    reply = await _ask(judge, RELEVANCE_SYSTEM, user, number_list_schema("RelevantQuestions", "relevant", len(questions)), max_tokens)
+    reply = await _call_judge(judge, RELEVANCE_SYSTEM, user, number_list_schema("RelevantQuestions", "relevant", len(questions)), max_tokens)
     return reply, valid_numbers(reply.parsed.relevant, len(questions))
 
 
@@ -201,13 +211,85 @@ async def judge_diagnosis(judge: Model, gold: str | None, acceptable: list[str],
     panel_list = as_data(numbered([primary, *differentials]))
     user = (f"GOLD DIAGNOSIS:\n<<<\n{as_data(gold or '(none given)')}\n>>>\n\nACCEPTABLE DIAGNOSES:\n<<<\n{as_data(numbered(acceptable))}\n>>>\n\n"
             f"PANEL'S PRIMARY DIAGNOSIS:\n<<<\n{as_data(primary)}\n>>>\n\nPANEL'S FULL LIST (primary first, then differentials):\n<<<\n{panel_list}\n>>>")
-    reply = await _ask(judge, DIAGNOSIS_SYSTEM, user, diagnosis_match_schema(len(acceptable)), max_tokens)
+    reply = await _call_judge(judge, DIAGNOSIS_SYSTEM, user, diagnosis_match_schema(len(acceptable)), max_tokens)
     primary_ok = bool(reply.parsed.primary_matches) if gold else None
     return reply, primary_ok, valid_numbers(reply.parsed.acceptable_named, len(acceptable))
 
 
+# ---------------------------------------------------------------- the scorer
+
+# max_tokens of one check when the run's review_max_tokens is not set: (small model, any other).
+JUDGE_BUDGET = (512, 1024)
+OSCE_METRICS = {"picr": UNIT, "prqr": UNIT, "pda": PROPORTION, "sda": UNIT}
+
+
+def drawn_out(events: Iterable[Any]) -> list[str]:
+    """What the patient said in answer to the doctors: every patient turn but the unprompted opening."""
+    return [e.text for e in events if e.kind == "turn" and e.speaker == "Patient" and e.phase == "patient"]
+
+
+async def judge_consultation(case: Any, outcome: Any, ctx: ScoreContext) -> Scores:
+    """The judge's checks of one consultation against its scenario, as PICR, PRQR, PDA and SDA."""
+    diagnosis = outcome.data.get("diagnosis")
+    actor = (case.metadata.get("osce") or {}).get("patient_actor")
+    if not diagnosis or not isinstance(actor, dict):
+        return dict.fromkeys(OSCE_METRICS)  # no consultation to check (not an osce outcome)
+    judge = ctx.roles["judge"]
+    tokens = judge.token_budget(getattr(ctx.settings, "review_max_tokens", None), small=JUDGE_BUDGET[0], full=JUDGE_BUDGET[1])
+    details = patient_details(actor)
+    statements = drawn_out(outcome.transcript)  # PICR counts what the doctors' questions drew out
+    questions = list(outcome.data.get("questions_asked") or [])
+    gold = case.reference.answer_text
+    own_set = [str(d) for d in (case.metadata.get("osce") or {}).get("acceptable_diagnoses") or [] if str(d).strip()]
+    acceptable = own_set or ([gold] if gold else [])
+
+    async def nothing() -> None:
+        return None
+
+    capture, relevance, match = await asyncio.gather(
+        judge_capture(judge, details, statements, max_tokens=tokens) if details else nothing(),
+        judge_relevance(judge, details, questions, max_tokens=tokens) if details and questions else nothing(),
+        judge_diagnosis(judge, gold, acceptable, diagnosis["primary"], diagnosis["differentials"], max_tokens=tokens)
+        if (gold or acceptable) else nothing(),
+    )
+    captured = capture[1] if capture else set()
+    relevant = relevance[1] if relevance else set()
+    primary_ok, found = (match[1], match[2]) if match else (None, set())
+    for result, metric, text, data in (
+            (capture, "picr", f"Patient details disclosed: {len(captured)} of {len(details)}.", {"captured": sorted(captured)}),
+            (relevance, "prqr", f"Relevant questions: {len(relevant)} of {len(questions)}.", {"relevant": sorted(relevant)}),
+            (match, "pda/sda", f"Primary diagnosis correct: {primary_ok}. Acceptable diagnoses named: {len(found)} of {len(acceptable)}.",
+             {"primary_correct": primary_ok, "acceptable_found": sorted(found)})):
+        if result is not None:
+            ctx.transcript.record("score", text, reply=result[0], speaker="Judge", role="judge", phase="evaluation", data={"metric": metric, **data})
+    counts = JudgedCounts(details_total=len(details), details_captured=len(captured), questions_asked=len(questions),
+                          questions_relevant=len(relevant), primary_correct=primary_ok, acceptable_total=len(acceptable),
+                          acceptable_found=len(found), acceptable_basis="acceptable_set" if own_set else "gold_only")
+    metrics = osce_metrics(counts)
+    # The judge's id travels with its counts: runs graded by different judges are not comparable.
+    ctx.transcript.record("score", " · ".join(f"{k.upper()} {'n/a' if v is None else f'{v:.2f}'}" for k, v in metrics.items()),
+                          speaker="Judge", role="judge", phase="evaluation",
+                          data={"metrics": metrics, "judged": counts.model_dump(), "judge": judge.id, "checklist": details,
+                                "captured": sorted(captured), "relevant": sorted(relevant)})
+    return metrics
+
+
+def judged_counts(events: Iterable[Any]) -> dict[str, Any] | None:
+    """The judged counts a consultation's evaluation recorded (the last, if judged twice), or None."""
+    found = [e.data["judged"] for e in events if e.kind == "score" and e.phase == "evaluation" and "judged" in e.data]
+    return found[-1] if found else None
+
+
+OSCE_JUDGE = Scorer(name="osce-judge", score=judge_consultation, metrics=OSCE_METRICS, role="judge")
+
+
 __all__ = [
+    "JUDGE_BUDGET",
     "JudgedCounts",
+    "OSCE_JUDGE",
+    "drawn_out",
+    "judge_consultation",
+    "judged_counts",
     "judge_capture",
     "judge_diagnosis",
     "judge_relevance",

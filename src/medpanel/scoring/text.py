@@ -15,12 +15,13 @@ and in our check it separated a paraphrase from unrelated text most widely (laye
 (microsoft/deberta-xlarge-mnli, layer 40): compare systems with each other under the same model only.
 Texts longer than 512 word pieces are truncated by the model.
 
-Both need the `text-metrics` extra and are imported only when called.
+ROUGE-L's package is a core dependency; BERTScore needs the `text-metrics` extra. Both are imported only when called.
 """
 
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -44,7 +45,9 @@ def rouge_l(candidate: str, reference: str) -> RougeL:
     try:
         from rouge_score import rouge_scorer
     except ImportError:
-        raise MissingExtraError("ROUGE-L", "text-metrics", "rouge-score") from None
+        # a core dependency, so no extra brings it: the install itself is broken
+        raise UsageError("ROUGE-L needs the 'rouge-score' package, a core dependency of medpanel, which is missing.",
+                         "Reinstall medpanel: pip install --force-reinstall medpanel (or pip install rouge-score).") from None
     score = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False).score(reference or "", candidate or "")["rougeL"]
     return RougeL(precision=score.precision, recall=score.recall, f1=score.fmeasure)
 
@@ -75,11 +78,30 @@ def minilm_path() -> Path:
     return path
 
 
+@contextmanager
+def _hub_offline():
+    """While the scorer loads, any slip towards a model hub fails loudly; the caller's environment is
+    given back unchanged afterwards (a library must not switch its user's process offline for good)."""
+    names = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    saved = {name: os.environ.get(name) for name in names}
+    os.environ.update(dict.fromkeys(names, "1"))
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 @lru_cache(maxsize=2)
 def _scorer(layers: int, device: str):
-    # Never reach a model hub: the model is a local folder, and these make any slip fail loudly.
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+    with _hub_offline():  # the model is a local folder: it never needs a hub
+        return _load_scorer(layers, device)
+
+
+def _load_scorer(layers: int, device: str):
     path = minilm_path()
     try:
         from bert_score import BERTScorer

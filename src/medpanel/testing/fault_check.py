@@ -15,7 +15,8 @@ from pathlib import Path
 from medpanel.cases import load_dataset
 from medpanel.models import Runtime
 from medpanel.models.retry import RetryPolicy
-from medpanel.runs.runner import RunConfig, build_panel, run_benchmark
+from medpanel.runs.panel import build_panel
+from medpanel.runs.runner import RunConfig, run_benchmark
 from medpanel.runs.store import Store
 from medpanel.testing.process import mock_server_process
 from medpanel.testing.workloads import ANSWER_THEN_EXTRACT

@@ -11,9 +11,9 @@ import asyncio
 from pydantic import BaseModel
 
 from medpanel.cases import Case
+from medpanel.context import RunContext, quiet
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec
 from medpanel.scoring.exact import parse_choice
-from medpanel.transcript import Transcript
 
 
 class StagedSettings(BaseModel):
@@ -21,20 +21,23 @@ class StagedSettings(BaseModel):
     max_tokens: int = 16
 
 
-async def staged(case: Case, panel: Panel, settings: StagedSettings) -> Outcome:
+async def staged(case: Case, panel: Panel, settings: StagedSettings, context: RunContext | None = None) -> Outcome:
     """Each stage asks every seat at once and waits for all of them: the shape of a debate round."""
-    transcript, previous = Transcript(), ""
+    context = quiet(context)
+    transcript, previous = context.transcript(), ""
     for stage in range(settings.stages):
+        context.check()
         calls = [model.complete(f"{case.question}\nstage {stage} seat {seat}\n{previous}", max_tokens=settings.max_tokens)
                  for seat, model in panel.seats.items()]
         replies = await asyncio.gather(*calls)
         for (seat, _), reply in zip(panel.seats.items(), replies):
-            transcript.add_reply(reply, speaker=seat, round=stage)
+            transcript.record("turn", reply=reply, speaker=seat, round=stage)
         previous = " | ".join(r.text[-20:] for r in replies)
     return Outcome(answer=previous, transcript=transcript)
 
 
-STAGED = ProtocolSpec(name="staged", run=staged, settings=StagedSettings, score=lambda case, outcome: {},
+# No scorers: these workloads measure the machinery, not answers.
+STAGED = ProtocolSpec(name="staged", run=staged, settings=StagedSettings, scorers=(),
                       description="synthetic: sequential stages of parallel calls")
 
 
@@ -47,18 +50,19 @@ class ExtractSettings(BaseModel):
     max_tokens: int = 64
 
 
-async def answer_then_extract(case: Case, panel: Panel, settings: ExtractSettings) -> Outcome:
+async def answer_then_extract(case: Case, panel: Panel, settings: ExtractSettings, context: RunContext | None = None) -> Outcome:
     """A free-text answer, then the same question again as structured output: both kinds of call."""
+    context = quiet(context)
     seat, model = panel.first()
     prompt = f"{case.question}\n\nOptions:\n{case.options_text()}"
     text = await model.complete(prompt, max_tokens=settings.max_tokens)
     structured = await model.complete(prompt + "\n\nReply as JSON.", schema=Extracted, max_tokens=settings.max_tokens)
-    transcript = Transcript()
-    transcript.add_reply(text, speaker=seat, phase="answer")
-    transcript.add_reply(structured, speaker=seat, phase="extract", data=structured.parsed.model_dump())
+    transcript = context.transcript()
+    transcript.record("turn", reply=text, speaker=seat, phase="answer")
+    transcript.record("turn", reply=structured, speaker=seat, phase="extract", data=structured.parsed.model_dump())
     choice = parse_choice(text.text, list(case.options) or "ABCDE")
     return Outcome(answer=choice, transcript=transcript, data={"extracted": structured.parsed.model_dump()})
 
 
 ANSWER_THEN_EXTRACT = ProtocolSpec(name="answer-then-extract", run=answer_then_extract, settings=ExtractSettings,
-                                   score=lambda case, outcome: {}, description="synthetic: a text call then a structured call")
+                                   scorers=(), description="synthetic: a text call then a structured call")

@@ -4,9 +4,42 @@ They keep OpenTumorBoard's rubrics (the same fields, scales and anchors) but not
 who wants the paper's exact prompts passes them with `--prompt-file RUBRIC=PATH`. Each prompt is
 built for the tags its user text uses: medpanel's mode and `released` mode name some parts
 differently (released: `<REFERENCE_EXPERT_ANSWER>` / `<CANDIDATE_ANSWER>` for Specialist Turn).
+A prompt file replaces a rubric's system prompt (`read_prompt_file`, `check_prompt_files`).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from medpanel.errors import UsageError
+
+RUBRICS = ("equivalence", "alignment", "decisions", "scope", "consistency")  # names a prompt file can be given for
+
+
+def read_prompt_file(path: str | Path) -> str:
+    """A system prompt from a text file, e.g. one of the paper's released judge or generation prompts."""
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(f"Prompt file {file} does not exist.", "Give the path of a text file holding the system prompt.")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"Cannot read prompt file {file}: {exc}.", "Give a readable UTF-8 text file.") from None
+    if not text.strip():
+        raise UsageError(f"Prompt file {file} is empty.", "Put the system prompt in the file.")
+    return text
+
+
+def check_prompt_files(prompt_files: Mapping[str, str | Path] | None) -> dict[str, Path]:
+    """Validate {rubric: path} up front, so a typo fails before any model is called."""
+    checked: dict[str, Path] = {}
+    for rubric, path in (prompt_files or {}).items():
+        if rubric not in RUBRICS:
+            raise UsageError(f"Unknown rubric '{rubric}' for a prompt file.", f"Name one of: {', '.join(RUBRICS)}.")
+        read_prompt_file(path)
+        checked[rubric] = Path(path)
+    return checked
 
 
 def data_note(tags: tuple[str, ...]) -> str:

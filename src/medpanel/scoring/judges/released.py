@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from medpanel.cases.model import Case
-from medpanel.errors import ModelCallError, StructuredOutputError
 from medpanel.models.base import Model
 from medpanel.models.messages import Message
 from medpanel.scoring.judges import prompts
+from medpanel.scoring.judges.prompts import read_prompt_file
+from medpanel.scoring.judges.runner import Request
 from medpanel.scoring.reward import DIMENSIONS, decisions_mean
 
 SAMPLING = {"temperature": 0.0, "top_p": 1.0, "seed": 0}
@@ -284,44 +285,17 @@ def user_message(judge: Model, case: Case, text: str) -> Message:
     return Message(role="user", content=head + body + text[block.end(2):], images=images, image_at=offsets)
 
 
-# ---------------------------------------------------------------- one call
+# ---------------------------------------------------------------- one call (run by runner.ask, as every rubric's)
 
-async def ask(judge: Model, result: Any, rubric: str, system: str, user: Message, schema: dict,
-              check: Callable[[Any], dict], budget: str | None = None) -> dict | None:
-    """One released-protocol call. Returns the checked reply, or None with `result` marked failed
-    (a call that failed for good, or a reply the release's checks refuse: no re-ask either way)."""
-    budget = budget or rubric
-    try:
-        reply = await judge.complete([Message(role="system", content=system), user], schema=schema,
-                                     schema_name=SCHEMA_NAMES[budget], strict_schema=True, max_reasks=0,
-                                     max_tokens=MAX_TOKENS[budget], **SAMPLING)
-        text = reply.text
-        result.charge(reply)
-    except StructuredOutputError as exc:  # our schema check refused it; the release's own checks decide
-        text = exc.last_text
-        result.calls += 1
-    except ModelCallError as exc:
-        _fail(result, f"{getattr(exc, 'kind', 'error')}: {exc.problem}")
-        result.calls += 1
-        return None
-    try:
-        return check(json.loads(text))  # the release reads the reply with json.loads: no fence, no prose
-    except (ValueError, TypeError, KeyError) as exc:
-        _fail(result, f"invalid judge reply (a judge failure, not re-asked): {exc}")
-        return None
-
-
-def _fail(result: Any, error: str) -> None:
-    from medpanel.scoring.judges import SCORE_NAMES
-
-    result.status, result.error = "failed", error
-    result.scores = {name: None for name in SCORE_NAMES.get(result.rubric, ())} | {k: None for k in result.scores}
+def request(budget: str, system: str, user: Message, schema: dict, check: Callable[[Any], dict]) -> Request:
+    """The release's call: a strict json_schema named as it names it, its sampling and output budget,
+    no re-ask; the reply is read by the release's own `check`."""
+    return Request(system, user, schema, {"schema_name": SCHEMA_NAMES[budget], "strict_schema": True, "max_reasks": 0,
+                                          "max_tokens": MAX_TOKENS[budget], **SAMPLING}, check)
 
 
 def system_prompt(rubric: str, prompt_file: str | Path | None) -> str:
     """The prompt file's text stripped (the release strips its prompt files), or this mode's default."""
-    from medpanel.scoring.judges import read_prompt_file
-
     return read_prompt_file(prompt_file).strip() if prompt_file else DEFAULT_PROMPTS[rubric]
 
 

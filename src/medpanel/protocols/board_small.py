@@ -1,0 +1,293 @@
+"""The tumor board on a small model (`model.small`: the embedded one, or one marked small), built turn by turn.
+
+A 135M model cannot hold a whole meeting's form in one reply: it recites the summary, drops the roles
+and the conclusion. So code holds the form and the model writes each turn's words, under constraints:
+
+- who sits: the specialists the case's metadata names (`specialists`), else its site's team from a small
+  catalogue (the site from `metadata["cancer_site"]`, or from the words of its summary and slides), with
+  a specialist a finding calls for (a germline variant: the Genetic Counselor);
+- the opening: the Moderator says what is to be decided and who will speak (written by code: asked to
+  present the case, a small model recites it);
+- the floor: the next unheard specialist (so never the same twice in a row), with a short question for
+  that specialty;
+- each turn: one or two sentences of at most 140 characters, under a schema pattern the grammar
+  enforces; a sentence that repeats an 8-word run of an earlier turn, restates the turn's own first
+  sentence, loops on a few words or mostly copies the case is dropped, and a turn left with nothing is
+  asked a second question (then left out);
+- the plan: two sentences, the first "The board recommends ...", naming a management option (checked
+  here), the second opening with a word that moves on ("The patient ...", "If ...").
+
+Every call of one meeting starts with the same system message (the instructions, one short worked
+example, the case in brief) and the same schema note, and differs only in its tail (the discussion so
+far and the question), so a model that keeps KV states (the embedded one does) reads the case once per
+meeting. The case in brief: the summary when short, else its first sentence and the slide captions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from medpanel.cases.model import Case
+from medpanel.models.base import Model, Reply
+from medpanel.models.messages import Message
+from medpanel.scoring.form_checks import MOSTLY, conclusion_ok, recites_case, repeated_phrase, words
+from medpanel.scoring.sentences import sentence_spans
+
+MODERATOR = "Moderator"
+SPEAKERS = 4  # specialists at a small-model meeting: enough for the form, few enough to stay quick
+CASE_WORDS = 250
+RESTATE_WORDS = 5
+
+# A sentence: a capital or digit first, then words of letters, digits and a little punctuation (a comma
+# only before a space, a decimal point only between digits), and a full stop; at most 140 characters.
+# No colons (a small model follows one with a list), no stray symbols or runs of dots to fall into, no
+# "?" or "!": the sentences it allows are exactly the sentences the format score counts.
+_WORDS = r"(\d\.\d|,? |[\w'/%+()-])*[\w)]\."
+SENTENCE = {"type": "string", "minLength": 16, "maxLength": 140, "pattern": rf"^[A-Z\d]{_WORDS}$"}
+# The plan's second sentence opens with a word that moves on (a small model otherwise says the
+# recommendation again, word for word).
+NEXT = ("He", "She", "This", "We", "If", "After", "The patient")
+RECOMMENDS = "The board recommends"
+# Words that name a management option (any site). A plan whose first sentence names none is asked again;
+# they are checked by code, not listed in the schema, since a small model copies a list it is shown.
+OPTION_WORDS = ("surveillance", "watchful", "observation", "monitoring", "follow-up", "surgery", "surgical", "resection",
+                "excision", "ectomy", "operation", "radiotherapy", "radiation", "sbrt", "brachytherapy", "chemo", "immunotherapy",
+                "systemic", "endocrine", "hormon", "targeted", "neoadjuvant", "adjuvant", "palliative", "trial", "biopsy",
+                "staging", "referral", "transplant", "ablation", "therapy")
+
+# One schema for every call of a meeting: a turn ("answer": one or two sentences) or the plan (two
+# sentences: the recommendation, then what follows). One schema, one schema note: every call shares the
+# prompt up to its tail. The model takes the shape its question asks for; a reply in the other shape is
+# asked again under that shape alone. Plain field names and no descriptions (a small model copies those).
+_TURN = {"type": "object", "properties": {"answer": {"type": "array", "items": SENTENCE, "minItems": 1, "maxItems": 2}},
+         "required": ["answer"]}
+_PLAN = {"type": "object", "required": ["plan"], "properties": {"plan": {
+    "type": "string", "maxLength": 260, "pattern": rf"^{RECOMMENDS} [a-z]{_WORDS} ({'|'.join(NEXT)}) {_WORDS}$"}}}
+SAY = {"title": "BoardSay", "anyOf": [_TURN, _PLAN]}
+TURN = {"title": "BoardTurn", **_TURN}
+PLAN = {"title": "BoardPlan", **_PLAN}
+
+
+def names_option(sentence: str) -> bool:
+    lowered = sentence.lower()
+    return any(word in lowered for word in OPTION_WORDS)
+
+
+def reply_sentences(parsed: dict) -> list[str]:
+    """The sentences of a reply under SAY, TURN or PLAN, in order."""
+    if "answer" in parsed:
+        return [" ".join(str(item).split()) for item in parsed["answer"]]
+    text = " ".join(str(parsed["plan"]).split())
+    return [text[a:b] for a, b in sentence_spans(text)]
+
+
+# ---------------------------------------------------------------- who sits: the case's specialists
+
+# site -> (words that point to it, its team in speaking order: findings first, then the treating specialties)
+SITES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "prostate": (("prostat", "psa", "gleason"),
+                 ("Radiologist", "Pathologist", "Urologist", "Radiation Oncologist", "Medical Oncologist")),
+    "bladder or kidney": (("bladder", "urothelial", "renal cell", "kidney"),
+                          ("Radiologist", "Pathologist", "Urologist", "Medical Oncologist", "Radiation Oncologist")),
+    "lung": (("lung", "pulmonary", "nsclc", "lobe", "bronch", "pleura"),
+             ("Radiologist", "Pathologist", "Thoracic Surgeon", "Medical Oncologist", "Radiation Oncologist", "Pulmonologist")),
+    "breast": (("breast", "mammogra", "her2", "mastectomy"),
+               ("Radiologist", "Pathologist", "Surgical Oncologist", "Medical Oncologist", "Radiation Oncologist")),
+    "colorectal": (("colorectal", "rectal", "rectum", "colon", "sigmoid", "colonoscop"),
+                   ("Radiologist", "Gastroenterologist", "Surgical Oncologist", "Radiation Oncologist", "Medical Oncologist")),
+    "pancreas": (("pancrea", "ampulla", "whipple", "ca 19-9"),
+                 ("Radiologist", "Gastroenterologist", "Surgical Oncologist", "Medical Oncologist", "Pathologist")),
+    "upper digestive": (("gastric", "stomach", "oesophag", "esophag", "liver", "hepatocellular", "biliary"),
+                        ("Radiologist", "Gastroenterologist", "Surgical Oncologist", "Medical Oncologist", "Pathologist")),
+}
+GENERAL_TEAM = ("Radiologist", "Pathologist", "Surgical Oncologist", "Medical Oncologist", "Radiation Oncologist")
+# Findings that bring one more specialist to the table, whatever the site.
+CALLED_FOR = {"Genetic Counselor": ("brca", "germline", "lynch syndrome", "pathogenic variant")}
+
+# The moderator's question to each specialty: short, different from one another, and each of the form
+# "what is / what does ...", which a small model answers with a statement ("The imaging shows ...")
+# where a yes-no question or a "how would you" draws the question back as its answer.
+QUESTIONS = {
+    "Radiologist": "what does the imaging show?",
+    "Pathologist": "what do the pathology findings show?",
+    "Urologist": "what are the surgical options?",
+    "Thoracic Surgeon": "what are the surgical options?",
+    "Surgical Oncologist": "what are the surgical options?",
+    "Radiation Oncologist": "what is the role of radiotherapy here?",
+    "Medical Oncologist": "what is the role of systemic therapy here?",
+    "Pulmonologist": "what does the lung function allow?",
+    "Gastroenterologist": "what do the endoscopy findings show?",
+    "Nuclear Medicine Physician": "what do the nuclear scans show?",
+    "Geriatrician": "what does the patient's fitness allow?",
+    "Palliative Care Physician": "what are the patient's symptom needs?",
+    "Genetic Counselor": "what is the role of genetic testing here?",
+    "Oncology Nurse Navigator": "what support does the patient need?",
+}
+DEFAULT_QUESTION = AGAIN_QUESTION = "what is your recommendation?"
+
+
+def case_words(case: Case) -> str:
+    """What the case says, lowercased, for finding its site: summary, slides and any stated site."""
+    parts = [case.summary, case.slide_text() if case.slides else "", str(case.metadata.get("slides_text") or "")]
+    return " ".join(p for p in parts if p).lower()
+
+
+def site_of(case: Case) -> str | None:
+    """The case's site: the one its metadata names, else the one whose words its text uses most."""
+    stated = " ".join(str(case.metadata.get(k) or "") for k in ("cancer_site", "cancer_type", "site")).lower()
+    for text in (stated, case_words(case)):
+        if not text.strip():
+            continue
+        hits = {site: sum(text.count(word) for word in clues) for site, (clues, _) in SITES.items()}
+        best = max(hits, key=hits.get)
+        if hits[best]:
+            return best
+    return None
+
+
+def board_roles(case: Case, limit: int = SPEAKERS, required: Sequence[str] = (), known: Iterable[str] = ()) -> list[str]:
+    """The specialists who speak, in speaking order: `required` first, then those the case's metadata
+    names (matched to `known` roles without case), then those a finding calls for, then the site's team."""
+    by_lower = {r.lower(): r for r in [*known, *QUESTIONS]}
+    named = case.metadata.get("specialists") or []
+    named = [by_lower.get(str(n).strip().lower(), str(n).strip()) for n in (named if isinstance(named, list) else [named])]
+    text = case_words(case)
+    called = [role for role, clues in CALLED_FOR.items() if any(c in text for c in clues)]
+    site = site_of(case)
+    team = SITES[site][1] if site else GENERAL_TEAM
+    # A called-for specialist takes the last seat of the team, so the treating specialties still speak.
+    ordered = [*required, *named, *team[: max(limit - len(called), 0)], *called, *team]
+    roles = [r for r in dict.fromkeys(ordered) if r and r != MODERATOR]
+    return roles[: max(limit, len(required))]
+
+
+def next_speaker(roles: Sequence[str], given: Sequence[str]) -> str | None:
+    """Who has the floor next: the first seated specialist not yet `given` it, else None (all have had it).
+    Nobody speaks twice in a row, since each has the floor once before the meeting closes."""
+    return next((r for r in roles if r not in set(given)), None)
+
+
+def question_for(role: str, again: bool = False) -> str:
+    return f"{role}, {AGAIN_QUESTION if again else QUESTIONS.get(role, DEFAULT_QUESTION)}"
+
+
+def opening_text(case: Case, roles: Sequence[str]) -> str:
+    """The Moderator's opening: what is to be decided and who will speak, never the summary."""
+    site = site_of(case)
+    subject = f"this patient's {site} cancer" if site else "this patient's cancer"
+    names = [f"the {r}" for r in roles]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"We are here to agree on a management plan for {subject}. I will ask {listed} for their views in turn."
+
+
+def compact_case(case: Case, max_words: int = CASE_WORDS) -> str:
+    """The case in few words, since a small model reads every word of it at each meeting: the summary
+    when it is short; else its first sentence and the slide captions when those are shorter (slides
+    restate the summary in brief); else the summary's first sentences up to `max_words` words."""
+    summary = " ".join(case.summary.split())
+    if len(summary.split()) <= max_words:
+        return summary
+    spans = sentence_spans(summary)
+    first = summary[: spans[0][1]] if spans else summary
+    captions = [" ".join(s.caption.split()) for s in case.slides if s.caption.strip()]
+    if captions and len(" ".join([first, *captions]).split()) < len(summary.split()):
+        return "\n".join([first, *(f"Slide {i}: {c}" for i, c in enumerate(captions, 1))])
+    kept, used = [], 0
+    for start, end in spans:
+        n = len(summary[start:end].split())
+        if kept and used + n > max_words:
+            break
+        kept.append(summary[start:end])
+        used += n
+    return " ".join(kept)
+
+
+# ---------------------------------------------------------------- the calls
+
+SYSTEM = (
+    "This is a tumor board meeting about the patient below. Each specialist answers the moderator in one or "
+    "two short sentences of their own, from their own specialty, without repeating the case. At the end the "
+    "moderator states the board's plan.\n"
+    "Example:\nModerator: Pathologist, what does the biopsy show?\n"
+    "Pathologist: The biopsy confirms the cancer, and its grade favours treating it.\n\n"
+    "The patient:\n{case}"
+)
+CLOSING = ("To close, the board's plan:", "To close, the board's plan and the next step:")
+
+
+def loops_on_words(sentence: str) -> bool:
+    """A sentence of 8 words or more with fewer than half of them distinct: a small model stuck on a phrase."""
+    tokens = words(sentence)
+    return len(tokens) >= 8 and len(set(tokens)) < len(tokens) / 2
+
+
+def fresh_sentences(said: Sequence[str], earlier: Sequence[str], case_text: str = "") -> list[str]:
+    """The sentences that repeat no 8-word run of an earlier turn, restate no earlier sentence kept here
+    (the same words, or 5 of them in a row: a small model's second sentence often says its first
+    again), do not loop on a few words, and do not mostly copy the case."""
+    kept: list[str] = []
+    for sentence in said:
+        restates = any(words(sentence) == words(k) for k in kept) or repeated_phrase(sentence, kept, RESTATE_WORDS) is not None
+        if restates or loops_on_words(sentence) or repeated_phrase(sentence, earlier) is not None:
+            continue
+        if recites_case(sentence, case_text) <= MOSTLY:
+            kept.append(sentence)
+    return kept
+
+
+@dataclass
+class SmallMeeting:
+    """One small-model meeting: the shared prompt prefix, and the calls that vary only its tail. `said`
+    is the specialists' turns so far (the Moderator's opening is code's, and only invites echoes)."""
+
+    case: Case
+    temperature: float = 0.0
+    options: dict = field(default_factory=dict)  # further call options (frequency_penalty)
+
+    def __post_init__(self) -> None:
+        self.system = SYSTEM.format(case=compact_case(self.case))
+        self.case_text = "\n".join(p for p in (self.case.summary, case_words(self.case)) if p)
+
+    def tail(self, said: Sequence[tuple[str, str]], line: str) -> str:
+        spoken = "".join(f"{role}: {text}\n" for role, text in said)
+        return f"{'Discussion so far:' + chr(10) + spoken + chr(10) if spoken else ''}{MODERATOR}: {line}"
+
+    async def ask(self, model: Model, user: str, shape: str, max_tokens: int) -> list[Reply]:
+        """A call under SAY; asked again under the one shape wanted when the reply took the other."""
+        messages = [Message(role="system", content=self.system), Message(role="user", content=user)]
+        options = {"temperature": self.temperature, "max_tokens": max_tokens, **self.options}
+        replies = [await model.complete(messages, schema=SAY, **options)]
+        if shape not in replies[-1].parsed:
+            replies.append(await model.complete(messages, schema=TURN if shape == "answer" else PLAN, **options))
+        return replies
+
+    async def speak(self, model: Model, role: str, said: Sequence[tuple[str, str]], max_tokens: int,
+                    question: str | None = None) -> tuple[str, list[Reply], list[str]]:
+        """One specialist's turn, answering `question` (default: the specialty's own): (its text, "" when
+        all it said repeated the meeting; the replies it took; the sentences dropped). Asked a second,
+        different question when the first drew nothing new."""
+        earlier = [text for _, text in said]
+        replies: list[Reply] = []
+        offered: list[str] = []
+        for asked in (question or question_for(role), question_for(role, again=True)):
+            user = f"{self.tail(said, asked)}\nAnswer as the {role}."
+            replies += await self.ask(model, user, "answer", max_tokens)
+            got = reply_sentences(replies[-1].parsed)
+            offered += got
+            kept = fresh_sentences(got, earlier, self.case_text)[:2]
+            if kept:
+                break
+        return " ".join(kept), replies, [s for s in offered if s not in kept]
+
+    async def conclude(self, model: Model, said: Sequence[tuple[str, str]], max_tokens: int) -> tuple[str, list[Reply]]:
+        """The board's plan: (its text, the replies it took). Asked once more, for the next step too, when
+        its recommendation names no management option or its second sentence only restates it."""
+        replies: list[Reply] = []
+        for line in CLOSING:
+            replies += await self.ask(model, self.tail(said, line), "plan", max_tokens)
+            plan = reply_sentences(replies[-1].parsed)
+            kept = fresh_sentences(plan, ())
+            if len(kept) >= 2 and names_option(kept[0]) and conclusion_ok(" ".join(kept)):
+                return " ".join(kept), replies
+        return " ".join(plan), replies
