@@ -175,3 +175,176 @@ def test_debate_and_consult_turns_cut_with_max_tokens_are_marked_truncated():
         reply = Reply(text="Answer: B because", finish_reason=reason, truncated=cut)
         assert bool(Transcript().record("turn", reply=reply, speaker="GPT", round=1, phase="debate", data={}).data.get("truncated")) is cut, reason
         assert bool(Transcript().record("turn", reply=reply, speaker="Doctor", role="physician", round=1, phase="ask").data.get("truncated")) is cut, reason
+
+
+# ---------------------------------------------------------------- a small model: the meeting turn by turn
+
+from medpanel.cases import Case  # noqa: E402
+from medpanel.models.base import REASONING_ALLOWANCE  # noqa: E402
+from medpanel.protocols import board_small  # noqa: E402
+from medpanel.scoring.form_checks import board_checks, recites_case, sentence_count  # noqa: E402
+
+EXAMPLES = sorted(p for p in (ROOT / "examples").iterdir() if (p / "case.yaml").is_file())
+PLAN = "The board recommends surgery after neoadjuvant therapy. The patient will be seen again in two weeks."
+
+
+def asked_role(request) -> str | None:
+    """The specialist a small-meeting call asks, or None for the closing."""
+    user = request.messages[-1].content
+    return None if "To close" in user else user.rsplit("Answer as the ", 1)[1].rstrip(".")
+
+
+def own_sentence(role: str) -> str:
+    return f"From the {role} side, {role.lower()} work favours treatment."
+
+
+def small_board(answer=None, plan=PLAN, **flags) -> ScriptedModel:
+    """A scripted small model holding a turn-by-turn meeting: `answer(role, request)` is a specialist's
+    sentences (default: one of its own), `plan` the closing (a dict is sent as it is)."""
+    def respond(request):
+        role = asked_role(request)
+        if role is None:
+            return plan if isinstance(plan, dict) else {"plan": plan}
+        said = answer(role, request) if answer else [own_sentence(role)]
+        return {"answer": said}
+    return ScriptedModel(responder=respond, runtime=Runtime(), small=flags.pop("small", True), **flags)
+
+
+def case_text(case) -> str:
+    return "\n".join(p for p in (case.summary, case.slide_text(), case.question) if p)
+
+
+def discussion(outcome) -> list[tuple[str, str]]:
+    return [(e.role, e.text) for e in outcome.transcript if e.kind == "turn" and e.phase == "discussion"]
+
+
+@pytest.mark.parametrize("case_dir", EXAMPLES, ids=lambda p: p.name)
+async def test_a_small_model_holds_the_meeting_turn_by_turn(case_dir):
+    case = load_case(case_dir)
+    model = small_board()
+    outcome = await get_protocol("board").run(case, Panel.of([model]), BoardSettings())
+    turns = discussion(outcome)
+    roles = [role for role, _ in turns[1:]]
+    # The Moderator opens (by code: what is to be decided and who speaks, nothing of the case), then each
+    # of the case's specialists once, so no one twice in a row; then the board's plan.
+    assert turns[0][0] == "Moderator" and "management plan" in turns[0][1] and recites_case(turns[0][1], case_text(case)) == 0
+    assert roles == board_small.board_roles(case) == outcome.data["roles"] and len(roles) == board_small.SPEAKERS
+    assert all(a != b for a, b in zip(roles, roles[1:])) and "Moderator" not in roles
+    assert outcome.answer == PLAN and sentence_count(outcome.answer) == 2 and outcome.answer.startswith("The board recommends")
+    assert outcome.data["parse_status"] == "parsed" and outcome.data["structured"] == "turns"
+    assert board_checks(turns, outcome.answer, case_text(case)).ok
+    # Each question is the moderator's, recorded as a floor note for the specialist who answers it.
+    floor = [e for e in outcome.transcript if e.phase == "floor"]
+    assert [e.data["next_speaker"] for e in floor] == roles and all(e.text.startswith(f"{r}, what") for e, r in zip(floor, roles))
+    # One prefix for the whole meeting (the system message with the case, one schema): the calls differ
+    # only in their last message, so a model that keeps KV states reads the case once.
+    assert len({r.messages[0].content for r in model.history}) == 1 and {r.schema_name for r in model.history} == {"BoardSay"}
+    assert board_small.compact_case(case) in model.history[0].messages[0].content
+    tails = [r.messages[-1].content for r in model.history]
+    assert all(later.startswith(tails[i].split("\n\nModerator:")[0]) for i, later in enumerate(tails[1:-1], 1) if "Discussion" in tails[i])
+
+
+def test_the_specialists_come_from_the_case():
+    by_site = {load_case(p).metadata["cancer_site"]: board_small.board_roles(load_case(p)) for p in EXAMPLES}
+    for path in EXAMPLES:
+        case = load_case(path)
+        assert board_small.site_of(case) == case.metadata["cancer_site"]
+        stripped = case.model_copy(update={"metadata": {}})  # the site read from the case's own words
+        assert board_small.site_of(stripped) == case.metadata["cancer_site"]
+    assert {"Urologist", "Radiation Oncologist"} <= set(by_site["prostate"])
+    assert "Thoracic Surgeon" in by_site["lung"] and "Gastroenterologist" in by_site["colorectal"]
+    assert "Genetic Counselor" in by_site["pancreas"]  # a germline BRCA2 variant calls for one
+    assert all(len(set(roles)) == len(roles) == 4 and "Moderator" not in roles for roles in by_site.values())
+    # Roles the case names come first, matched to the catalogue's spelling; a case without site words gets a general team.
+    named = Case(id="n", summary="A 70-year-old with a lung mass.", metadata={"specialists": ["geriatrician", "Thoracic Surgeon"]})
+    assert board_small.board_roles(named)[:2] == ["Geriatrician", "Thoracic Surgeon"]
+    plain = Case(id="p", summary="A 70-year-old with a new mass.")
+    assert board_small.site_of(plain) is None and board_small.board_roles(plain) == list(board_small.GENERAL_TEAM[:4])
+    assert board_small.board_roles(plain, 2, required=["Urologist", "Pathologist", "Geriatrician"]) == ["Urologist", "Pathologist", "Geriatrician"]
+    assert "patient's cancer." in board_small.opening_text(plain, ["Radiologist"])
+
+
+async def test_a_turn_that_repeats_the_meeting_is_asked_again_then_left_out():
+    case = load_case(ROOT / "examples" / "prostate")
+    first = "The lesion sits at the right base with no sign of spread beyond the gland."
+
+    def answer(role, request):
+        if role == "Radiologist":
+            return [first]
+        if role == "Pathologist":  # repeats the radiologist, then says something new when asked again
+            again = request.messages[-1].content.split("Moderator: ")[-1].startswith("Pathologist, what is your recommendation")
+            return ["Grade Group 2 cores support treating it with curative intent."] if again else [first]
+        if role == "Urologist":  # a second sentence saying the first again is dropped, the first kept
+            return ["Surgery is possible with nerve sparing on the left side.", "Surgery is possible with nerve sparing on both sides."]
+        return [first, "The lesion sits at the right base with no sign of spread beyond the gland today."]  # always repeats
+
+    model = small_board(answer)
+    outcome = await get_protocol("board").run(case, Panel.of([model]), BoardSettings())
+    turns = dict(discussion(outcome))
+    assert turns["Pathologist"] == "Grade Group 2 cores support treating it with curative intent."
+    assert turns["Urologist"] == "Surgery is possible with nerve sparing on the left side."
+    assert "Radiation Oncologist" not in turns  # nothing new twice over: left out, on record as a note
+    left_out = next(e for e in outcome.transcript if e.phase == "repeated")
+    assert left_out.speaker == "Radiation Oncologist" and left_out.kind == "note" and left_out.data["dropped"]
+    asked = [e for e in outcome.transcript if e.phase == "asked again"]
+    assert [e.speaker for e in asked] == ["Pathologist", "Radiation Oncologist"] and asked[0].text == first
+    assert len(model.history) == 4 + 2 + 1  # four specialists, two asked again, the plan
+    assert board_checks(list(turns.items()), outcome.answer, case_text(case)).ok and outcome.data["parse_status"] == "parsed"
+
+
+async def test_a_plan_in_the_wrong_shape_or_saying_itself_again_is_asked_again():
+    case = load_case(ROOT / "examples" / "lung")
+    plans = iter([{"answer": ["The board has heard everyone today."]},  # a turn's shape: asked under BoardPlan alone
+                  {"plan": "The board recommends surgery for the right lobe tumour. The patient needs surgery for the right lobe tumour."},
+                  {"plan": "The board recommends chemoradiotherapy. After that he is restaged with a new scan."}])
+
+    def respond(request):
+        role = asked_role(request)
+        return next(plans) if role is None else {"answer": [own_sentence(role)]}
+
+    model = ScriptedModel(responder=respond, runtime=Runtime(), small=True)
+    outcome = await get_protocol("board").run(case, Panel.of([model]), BoardSettings())
+    assert outcome.answer == "The board recommends chemoradiotherapy. After that he is restaged with a new scan."
+    closing = [r for r in model.history if asked_role(r) is None]
+    assert [r.schema_name for r in closing] == ["BoardSay", "BoardPlan", "BoardSay"]
+    assert closing[-1].messages[-1].content.endswith(board_small.CLOSING[1])  # asked for the next step too
+    assert board_small.names_option("The board recommends a lobectomy.") and not board_small.names_option("The board recommends rest.")
+
+
+def test_the_grammar_allows_only_bounded_sentences():
+    import re
+
+    sentence, plan = board_small.SENTENCE, board_small._PLAN["properties"]["plan"]
+    ok = ["The imaging shows a 3.4 cm mass (T2), with one abnormal node.", "PSA 9.4 ng/mL, Gleason 3+4, PD-L1 55% in tumour cells."]
+    bad = ["the findings are as follows: 1.1, 2.1.", "Is surgery an option?", "A list e,e,e of things.", "Ends without a stop",
+           "Runs of dots 1.1.1 are out."]
+    assert all(re.search(sentence["pattern"], s) for s in ok) and not any(re.search(sentence["pattern"], s) for s in bad)
+    assert 10 <= sentence["minLength"] and sentence["maxLength"] <= 160 and board_small._TURN["properties"]["answer"]["maxItems"] == 2
+    assert re.search(plan["pattern"], PLAN) and not re.search(plan["pattern"], "The board recommends surgery. The board recommends surgery.")
+    assert not re.search(plan["pattern"], "We recommend surgery. The patient agrees with it.")
+
+
+@pytest.mark.parametrize(("flags", "settings", "expected"), [
+    ({"small": True}, {}, {"BoardSay": {100, 200}}),  # 600 for the meeting: a share for each of 4 turns, two for the plan
+    ({"small": True}, {"max_tokens": 300}, {"BoardSay": {50, 100}}),  # an explicit budget is shared out the same way
+    ({"small": False}, {}, {"text": {4096}}),
+    ({"small": False, "reasoning": True}, {}, {"text": {4096 + REASONING_ALLOWANCE}}),
+    ({"small": False}, {"max_tokens": 300}, {"text": {300}}),
+    ({"small": True}, {"structured": "always"}, {"WrittenMeeting": {600}}),
+])
+async def test_the_written_board_budget_fits_the_seat_on_each_path(flags, settings, expected):
+    model = small_board(**flags) if settings.get("structured") != "always" else ScriptedModel(
+        [{"turns": [{"role": "Moderator", "text": "Stage IIIA."}] * 3, "conclusion": "Operate. Then review."}], runtime=Runtime(), **flags)
+    if not flags["small"]:
+        model.enqueue(WELL_FORMED)
+    await get_protocol("board").run(load_case(ROOT / "examples" / "prostate"), Panel.of([model]), BoardSettings(**settings))
+    sent: dict[str, set[int]] = {}
+    for request in model.history:
+        sent.setdefault(request.schema_name if request.schema else "text", set()).add(request.max_tokens)
+    assert sent == expected
+
+
+async def test_structured_turns_takes_any_model_turn_by_turn():
+    model = small_board(small=False)
+    outcome = await get_protocol("board").run(load_case(ROOT / "examples" / "breast"), Panel.of([model]), BoardSettings(structured="turns"))
+    assert outcome.data["structured"] == "turns" and outcome.data["parse_status"] == "parsed" and len(discussion(outcome)) == 5

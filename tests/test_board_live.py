@@ -6,6 +6,8 @@ import io
 import json
 import subprocess
 
+import pytest
+
 from medpanel.cases import load_case
 from medpanel.context import RunContext
 from medpanel.models import Runtime, build_model
@@ -20,7 +22,7 @@ from conftest import MEDPANEL, ROOT
 CASE = load_case(ROOT / "examples" / "prostate")
 
 
-def chair(floor_order: list[str], specialists=("Radiologist", "Urologist", "Radiation Oncologist")):
+def chair(floor_order: list[str], specialists=("Radiologist", "Urologist", "Radiation Oncologist"), **flags):
     """A scripted moderator and specialists in one model: answers by the schema asked for, or by role."""
     floor = list(floor_order)
 
@@ -36,7 +38,7 @@ def chair(floor_order: list[str], specialists=("Radiologist", "Urologist", "Radi
             return {"conclusion": "Offer radiotherapy or surgery. Discuss with the patient."}
         role = request.messages[0].content.split("You are the ")[1].split(" at a")[0]
         return f"As the {role}, I have a view."
-    return ScriptedModel(responder=respond, runtime=Runtime())
+    return ScriptedModel(responder=respond, runtime=Runtime(), **flags)
 
 
 async def test_turn_order_follows_the_moderator_and_ends_with_the_conclusion():
@@ -116,3 +118,74 @@ async def test_everyone_is_heard_before_anyone_speaks_twice_and_run_on_turns_are
 
     assert first_sentences("One. Two! Three? Four. Five.", 3) == ("One. Two! Three?", True)
     assert first_sentences("Dose 36.25 Gy in 5 fractions. Fine.", 3) == ("Dose 36.25 Gy in 5 fractions. Fine.", False)
+
+
+# ---------------------------------------------------------------- a small moderator: the floor by code
+
+from medpanel.models.base import REASONING_ALLOWANCE  # noqa: E402
+from medpanel.protocols import board_small  # noqa: E402
+from medpanel.scoring.form_checks import board_checks, conclusion_ok  # noqa: E402
+from test_board import PLAN, asked_role, case_text, own_sentence, small_board  # noqa: E402
+
+
+def spoken(outcome) -> list[tuple[str, str]]:
+    """The turns the content checks read: the opening and the specialists, not the closing."""
+    return [(e.role, e.text) for e in outcome.transcript if e.kind == "turn" and e.phase != "conclusion"]
+
+
+async def test_a_small_moderator_gives_the_floor_by_code_to_the_case_s_specialists():
+    model = small_board()
+    outcome = await get_protocol("board-live").run(CASE, Panel.of([model]), LiveBoardSettings(max_turns=6))
+    roles = board_small.board_roles(CASE)
+    turns = spoken(outcome)
+    assert [r for r, _ in turns] == ["Moderator", *roles] and outcome.data["roles"] == roles
+    assert all(a != b for a, b in zip(turns, turns[1:]))  # no one twice in a row
+    floor = [e for e in outcome.transcript if e.phase == "floor"]
+    assert [e.data["next_speaker"] for e in floor] == [*roles, CLOSE] and all(e.data["by"] == "code" for e in floor)
+    assert not any(e.phase == "bound" for e in outcome.transcript)  # everyone heard: closed before the bound
+    # No Opening or Floor call: the model answered the turns and stated the plan, all under one schema and one prefix.
+    assert {r.schema_name for r in model.history} == {"BoardSay"} and len(model.history) == len(roles) + 1
+    assert len({r.messages[0].content for r in model.history}) == 1
+    assert outcome.answer == PLAN and conclusion_ok(outcome.answer) and outcome.data["parse_status"] == "parsed"
+    assert board_checks(turns, outcome.answer, case_text(CASE)).ok
+
+
+async def test_a_small_moderator_keeps_the_turn_bound_and_leaves_out_a_repeating_specialist():
+    def answer(role, request):
+        return ["The lesion sits at the right base with no sign of spread beyond the gland."] if role != "Urologist" else [own_sentence(role)]
+
+    outcome = await get_protocol("board-live").run(CASE, Panel.of([small_board(answer)]), LiveBoardSettings(max_turns=3))
+    turns = spoken(outcome)
+    # The Pathologist repeats the Radiologist twice over and is left out; the floor moves on, never back.
+    assert [r for r, _ in turns] == ["Moderator", "Radiologist", "Urologist"]
+    assert [e.data["next_speaker"] for e in outcome.transcript if e.phase == "floor"] == ["Radiologist", "Pathologist", "Urologist"]
+    assert any(e.phase == "bound" for e in outcome.transcript) and outcome.answer == PLAN
+
+
+async def test_a_person_answers_the_small_moderator_s_question_in_free_text():
+    typed, shown = io.StringIO("Surgery is reasonable if he prefers it.\n\n"), io.StringIO()
+    person = HumanModel("Urologist", io=TerminalIO(typed, shown), runtime=Runtime())
+    model = small_board()
+    outcome = await get_protocol("board-live").run(CASE, Panel.of([model], roles={"Urologist": person}), LiveBoardSettings())
+    said = dict(spoken(outcome))
+    assert said["Urologist"] == "Surgery is reasonable if he prefers it." and outcome.data["humans"] == ["Urologist"]
+    assert "Urologist, what are the surgical options?" in shown.getvalue()
+    assert outcome.data["roles"][0] == "Urologist" and not any(asked_role(r) == "Urologist" for r in model.history)
+
+
+@pytest.mark.parametrize(("flags", "settings", "expected"), [
+    ({"small": True}, {}, {"BoardSay": {160, 200}}),
+    ({"small": True}, {"turn_tokens": 40, "conclusion_tokens": 47}, {"BoardSay": {40, 47}}),
+    ({}, {}, {"Opening": {2048}, "Floor": {1024}, "text": {1024}, "Closing": {1024}}),
+    ({"reasoning": True}, {}, {"Opening": {2048 + REASONING_ALLOWANCE}, "Floor": {1024 + REASONING_ALLOWANCE},
+                               "text": {1024 + REASONING_ALLOWANCE}, "Closing": {1024 + REASONING_ALLOWANCE}}),
+    ({}, {"turn_tokens": 40, "conclusion_tokens": 47}, {"Opening": {80}, "Floor": {40}, "text": {40}, "Closing": {47}}),
+])
+async def test_the_live_board_budget_fits_each_seat(flags, settings, expected):
+    """Unset, each call's budget fits its seat (small, other, reasoning); a setting always wins."""
+    model = small_board() if flags.get("small") else chair(["Radiologist", CLOSE], **flags)
+    await get_protocol("board-live").run(CASE, Panel.of([model]), LiveBoardSettings(**settings))
+    sent: dict[str, set[int]] = {}
+    for request in model.history:
+        sent.setdefault(request.schema_name if request.schema else "text", set()).add(request.max_tokens)
+    assert sent == expected

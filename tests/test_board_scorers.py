@@ -1,12 +1,11 @@
 """The board and specialist judges as scorers: what they declare, what they record, and that they read
 the same text during a run and afterwards; the live board seats only the panel's models; the written
-board's structured path follows the model's declared `small` capability."""
+board's path (turn by turn, or the tags) follows the model's declared `small` capability."""
 
 from __future__ import annotations
 
 import inspect
 import io
-import json
 
 import pytest
 
@@ -183,16 +182,16 @@ async def test_a_live_board_stops_between_turns_when_cancelled():
     assert calls == ["Opening"]
 
 
-# ---------------------------------------------------------------- the written board's structured path follows `small`
+# ---------------------------------------------------------------- the written board's path follows `small`
 
-async def test_a_small_model_writes_the_structured_meeting_and_another_the_tags(tmp_path):
-    meeting = {"turns": [{"role": "Moderator", "text": "Stage IIIA."}, {"role": "Thoracic Surgeon", "text": "Resectable."},
-                         {"role": "Medical Oncologist", "text": "Induction first."}],
-               "conclusion": "Give induction chemo-immunotherapy. Then lobectomy."}
-    small = ScriptedModel([json.dumps(meeting)], runtime=Runtime(), small=True)
+async def test_a_small_model_writes_the_meeting_turn_by_turn_and_another_the_tags():
+    from test_board import PLAN, small_board
+
+    small = small_board()
     outcome = await get_protocol("board").run(CASE, Panel.of([small]), BoardSettings())
-    assert small.history[0].schema_name == "WrittenMeeting" and outcome.transcript.events[0].data["structured"] is True
-    assert outcome.answer == meeting["conclusion"] and outcome.data["parse_status"] == "parsed"
+    assert {r.schema_name for r in small.history} == {"BoardSay"} and len(small.history) == 5  # four specialists, the plan
+    assert outcome.data["structured"] == "turns" and outcome.transcript.events[0].data["by"] == "code"
+    assert outcome.answer == PLAN and outcome.data["parse_status"] == "parsed"
     full = ScriptedModel([MEETING], runtime=Runtime())
     assert not full.small
     outcome = await get_protocol("board").run(CASE, Panel.of([full]), BoardSettings())

@@ -352,8 +352,8 @@ BUDGETS = {
     "longform": {"text": (1024, 2048), "AnswerReview": (512, 1024), "RevisedAnswer": (1024, 2048)},
     "osce": {"QuestionSet": (600, 1024), "Triage": (512, 1024), "QuestionsReview": (512, 1024), "text": (200, 512),
              "DiagnosisOpinion": (600, 1024), "CapturedDetails": (512, 1024)},
-    "board": {"text": (600, 4096)},
-    "board-live": {"Opening": (320, 2048), "Floor": (160, 1024), "text": (160, 1024), "Closing": (200, 1024)},
+    # The boards send other calls to a small seat (a meeting turn by turn) than to any other: their budgets
+    # are checked per path in tests/test_board.py and tests/test_board_live.py.
     "consult": {"Question": (256, 1024), "text": (256, 1024), "Discharge": (256, 1024)},
     "baseline": {"Discharge": (256, 1024)},
     "baseline-note": {"Discharge": (256, 1024)},
@@ -363,7 +363,6 @@ EXPLICIT = {
     "longform": {"max_tokens": ("text", "RevisedAnswer"), "review_max_tokens": ("AnswerReview",)},
     "osce": {"max_tokens": ("QuestionSet", "DiagnosisOpinion"), "review_max_tokens": ("Triage", "CapturedDetails"),
              "patient_max_tokens": ("text",)},
-    "board-live": {"turn_tokens": ("Floor", "text"), "conclusion_tokens": ("Closing",)},
     "consult": {"max_tokens": ("Question", "text"), "discharge_max_tokens": ("Discharge",)},
     "baseline": {"discharge_max_tokens": ("Discharge",)},
     "baseline-note": {"discharge_max_tokens": ("Discharge",)},

@@ -30,7 +30,9 @@ from dataclasses import dataclass, field
 
 from medpanel.cases.model import Case
 from medpanel.models.base import Model, Reply
+from medpanel.errors import StructuredOutputError
 from medpanel.models.messages import Message
+from medpanel.models.structured import extract_json
 from medpanel.scoring.form_checks import MOSTLY, conclusion_ok, recites_case, repeated_phrase, words
 from medpanel.scoring.sentences import sentence_spans
 
@@ -76,10 +78,22 @@ def names_option(sentence: str) -> bool:
 
 def reply_sentences(parsed: dict) -> list[str]:
     """The sentences of a reply under SAY, TURN or PLAN, in order."""
-    if "answer" in parsed:
-        return [" ".join(str(item).split()) for item in parsed["answer"]]
-    text = " ".join(str(parsed["plan"]).split())
-    return [text[a:b] for a, b in sentence_spans(text)]
+    items = parsed["answer"] if "answer" in parsed else [parsed["plan"]]
+    texts = [" ".join(str(item).split()) for item in (items if isinstance(items, list) else [items])]
+    return [text[a:b] for text in texts for a, b in sentence_spans(text)]
+
+
+def loose_reading(text: str) -> dict | None:
+    """A reply that is JSON of the right shape but breaks the patterns or lengths, or None."""
+    try:
+        data = extract_json(text)
+    except ValueError:
+        return None
+    if isinstance(data, dict) and isinstance(data.get("answer"), (list, str)):
+        return {"answer": data["answer"]}
+    if isinstance(data, dict) and isinstance(data.get("plan"), str):
+        return {"plan": data["plan"]}
+    return None
 
 
 # ---------------------------------------------------------------- who sits: the case's specialists
@@ -236,6 +250,19 @@ def fresh_sentences(said: Sequence[str], earlier: Sequence[str], case_text: str 
     return kept
 
 
+async def complete(model: Model, messages: list[Message], schema: dict, options: dict) -> Reply:
+    """model.complete under `schema`. A server that enforces the JSON but not its patterns (Ollama, some
+    gateways) may answer in the right shape outside the bounds: that reply is read as it is (its cost is
+    not on record), and the bounds that matter hold here (sentences split, kept, counted, filtered)."""
+    try:
+        return await model.complete(messages, schema=schema, **options)
+    except StructuredOutputError as problem:
+        parsed = loose_reading(problem.last_text)
+        if parsed is None:
+            raise
+        return Reply(text=problem.last_text, parsed=parsed, model=model.id)
+
+
 @dataclass
 class SmallMeeting:
     """One small-model meeting: the shared prompt prefix, and the calls that vary only its tail. `said`
@@ -257,9 +284,9 @@ class SmallMeeting:
         """A call under SAY; asked again under the one shape wanted when the reply took the other."""
         messages = [Message(role="system", content=self.system), Message(role="user", content=user)]
         options = {"temperature": self.temperature, "max_tokens": max_tokens, **self.options}
-        replies = [await model.complete(messages, schema=SAY, **options)]
+        replies = [await complete(model, messages, SAY, options)]
         if shape not in replies[-1].parsed:
-            replies.append(await model.complete(messages, schema=TURN if shape == "answer" else PLAN, **options))
+            replies.append(await complete(model, messages, TURN if shape == "answer" else PLAN, options))
         return replies
 
     async def speak(self, model: Model, role: str, said: Sequence[tuple[str, str]], max_tokens: int,

@@ -66,8 +66,10 @@ DIAGNOSIS_PATTERN = f"^{_NAMED}$"
 
 
 def about(topic_words: str) -> str:
-    """The question pattern for a re-ask: it must name the area (`topic_words`, a regex of its words)."""
-    return "^(" + "|".join(QUESTION_WORDS) + r") [^?\"\\\n]{0,80}(" + topic_words + r")[^?\"\\\n]{0,60}\?$"
+    """The question pattern for a re-ask: it must name the area (`topic_words`, a regex of its words). No
+    counted repeats here: with the alternation after them the grammar's automaton grows past what
+    llguidance builds (it stops mid-reply); the schema's maxLength bounds the length instead."""
+    return "^(" + "|".join(QUESTION_WORDS) + r") [^?\"\\\n]*(" + topic_words + r")[^?\"\\\n]*\?$"
 
 
 PHYSICIAN_SYSTEM = (
@@ -129,7 +131,7 @@ def question_about(topic: str | None) -> type[BaseModel]:
     """A turn that can only be a question, naming the area when there is one (for a re-ask: greedy decoding
     would say the same again)."""
     pattern = about(TOPICS[topic][0]) if topic in TOPICS else f"^{_ASKED}$"
-    return create_model("Question", question=(str, Field(min_length=1, max_length=160, json_schema_extra={"pattern": pattern})))
+    return create_model("Question", question=(str, Field(min_length=1, max_length=120, json_schema_extra={"pattern": pattern})))
 
 
 class Diagnosis(BaseModel):
