@@ -1,4 +1,5 @@
-"""The live board with scripted agents: turn order, the moderator's closing, the turn bound, a human seat."""
+"""The live board with scripted agents: turn order, the moderator's closing, the turn bound, a human seat;
+a small moderator, whose floor is given by code; each seat's token budget on either path."""
 
 from __future__ import annotations
 
@@ -143,6 +144,8 @@ async def test_a_small_moderator_gives_the_floor_by_code_to_the_case_s_specialis
     floor = [e for e in outcome.transcript if e.phase == "floor"]
     assert [e.data["next_speaker"] for e in floor] == [*roles, CLOSE] and all(e.data["by"] == "code" for e in floor)
     assert not any(e.phase == "bound" for e in outcome.transcript)  # everyone heard: closed before the bound
+    exact = await get_protocol("board-live").run(CASE, Panel.of([small_board()]), LiveBoardSettings(max_turns=len(roles)))
+    assert not any(e.phase == "bound" for e in exact.transcript)  # the last turn allowed heard the last specialist
     # No Opening or Floor call: the model answered the turns and stated the plan, all under one schema and one prefix.
     assert {r.schema_name for r in model.history} == {"BoardSay"} and len(model.history) == len(roles) + 1
     assert len({r.messages[0].content for r in model.history}) == 1

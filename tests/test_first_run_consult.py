@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 
 from medpanel.cases import Case, Reference, load_dataset
+from medpanel.errors import StructuredOutputError
 from medpanel.models import Runtime, build_model
 from medpanel.models.scripted import ScriptedModel
 from medpanel.protocols import Panel, get_protocol
@@ -36,9 +37,19 @@ def make_case() -> Case:
     return Case(id="pyelo", chief_complaint="Fever and right flank pain", note=NOTE, reference=Reference(codes=["N10"]))
 
 
-def physician(*said: str, codes=("N10",)) -> ScriptedModel:
-    """A small physician saying each line in turn (a question, or 'Diagnosis: ...'), then picking `codes`."""
-    return ScriptedModel([{"question": s} for s in said] + [{"codes": list(codes)}], name="physician", small=True)
+def physician(*said: str, choices=(), codes=("N10",)) -> ScriptedModel:
+    """A small physician saying each line in turn (a question, or 'Diagnosis: ...'), answering each offer of the
+    discharge with the next of `choices` (then 'ask'), and picking `codes`."""
+    lines, picks = list(said), list(choices)
+
+    def reply(request):
+        if request.schema_name == "Choice":
+            return {"choice": picks.pop(0) if picks else "ask"}
+        if request.schema_name == "Discharge":
+            return {"codes": list(codes)}
+        return {"diagnosis" if request.schema_name == "Diagnosis" else "question": lines.pop(0)}
+
+    return ScriptedModel(responder=reply, name="physician", small=True)
 
 
 def first_line(request) -> dict:
@@ -71,6 +82,9 @@ QUESTIONS = ["What is the patient's condition?", "How did the symptoms begin?", 
     ("What did the ultrasound show?", True), ("Diagnosis: Acute pyelonephritis.", True),
     ("I am ready to write the discharge.", False), ("The patient has a right renal fossa with a ?", False),
     ("What did the ultrasound show", False), ('What did "the note" say?', False), ("Diagnosis: ...}, the note.", False),
+    ("Diagnosis: Stricture of the right ureter, hydronephrosis and pain.", True),  # eight words
+    ("Diagnosis: Stricture of the right ureter with hydronephrosis and pain.", False),  # nine
+    ("Diagnosis: Renal uptake of a)33g,b)67g,a)33g,c)67g.", False),  # words run together by commas
 ])
 def test_a_turn_is_a_question_or_a_diagnosis(text, ok):
     schema = small.Question.model_json_schema()
@@ -97,13 +111,16 @@ def test_no_schema_of_the_profile_carries_a_description():
 
 
 async def test_submission_is_offered_after_enough_questions_and_accepted(shared_data):
-    doctor = physician(*QUESTIONS[: small.OFFER_AFTER], "Diagnosis: Acute pyelonephritis.")
+    doctor = physician(*QUESTIONS[: small.OFFER_AFTER], "Diagnosis: Acute pyelonephritis.", choices=["submit"])
     outcome = await consult(doctor)
-    asks = [r for r in doctor.history if r.schema_name == "Question"]
-    offered = ["write the discharge" in last_prompt(r) for r in asks]
-    assert offered == [False] * small.OFFER_AFTER + [True]  # not on the first turns: from the OFFER_AFTER+1-th on
-    assert outcome.status == "ok" and outcome.data["profile"] == "small"
+    # Not on the first turns: code offers the discharge from the OFFER_AFTER+1-th turn on, and the physician takes it.
+    assert [r.schema_name for r in doctor.history] == ["Question"] * small.OFFER_AFTER + ["Choice", "Question", "Discharge"]
+    offer, naming = doctor.history[small.OFFER_AFTER], doctor.history[small.OFFER_AFTER + 1]
+    assert f"You have asked {small.OFFER_AFTER} questions" in last_prompt(offer) and "choose submit" in last_prompt(offer)
+    assert small.READY in last_prompt(naming)
+    assert outcome.status == "ok" and outcome.data["profile"] == "small" and outcome.data["assistant_profile"] == "small"
     assert (outcome.data["questions"], outcome.data["turns"]) == (small.OFFER_AFTER, 2 * small.OFFER_AFTER + 1)
+    assert not [e for e in outcome.transcript if e.kind == "note"]  # its own choice: no note
     submit = outcome.transcript.turns("Physician")[-1]
     assert submit.phase == "submit" and submit.text == "Diagnosis: Acute pyelonephritis."
     assert outcome.answer == "Acute pyelonephritis" and outcome.data["codes"] == ["N10"]
@@ -113,6 +130,14 @@ async def test_submission_is_offered_after_enough_questions_and_accepted(shared_
     assert enum == outcome.data["code_candidates"] and "N10" in enum
     assert all(code_table().info(code).valid for code in enum)
     assert "Acute pyelonephritis" in last_prompt(codes_call) and "N10 Acute pyelonephritis" in last_prompt(codes_call)
+
+
+async def test_a_declined_offer_is_made_again_on_the_next_turn(shared_data):
+    doctor = physician(*QUESTIONS, "Diagnosis: Acute pyelonephritis.", choices=["ask", "submit"])
+    outcome = await consult(doctor)
+    n = small.OFFER_AFTER
+    assert [r.schema_name for r in doctor.history] == ["Question"] * n + ["Choice", "Question", "Choice", "Question", "Discharge"]
+    assert outcome.data["questions"] == n + 1 and outcome.transcript.turns("Physician")[n].text == QUESTIONS[n]
 
 
 async def test_a_diagnosis_before_the_offer_is_asked_again_as_a_question():
@@ -125,8 +150,11 @@ async def test_a_diagnosis_before_the_offer_is_asked_again_as_a_question():
     assert first.phase == "question" and first.text == QUESTIONS[0]
 
 
-async def test_a_repeated_question_is_asked_again_then_ends_the_questions():
-    doctor = physician(QUESTIONS[0], QUESTIONS[0], QUESTIONS[0], "Diagnosis: Acute pyelonephritis.")
+@pytest.mark.parametrize("again", ["repeats itself", "cannot keep to the held grammar"])
+async def test_a_repeated_question_is_asked_again_then_ends_the_questions(again):
+    second = QUESTIONS[0] if again == "repeats itself" else StructuredOutputError("no valid 'Question' reply", model="physician")
+    doctor = ScriptedModel([{"question": QUESTIONS[0]}, {"question": QUESTIONS[0]}, second if isinstance(second, Exception) else {"question": second},
+                            {"question": "Diagnosis: Acute pyelonephritis."}, {"codes": ["N10"]}], name="physician", small=True)
     outcome = await consult(doctor)
     assert last_prompt(doctor.history[2]).startswith("You asked that already. Ask one question about the symptoms")
     notes = [e.text for e in outcome.transcript if e.kind == "note"]
@@ -147,7 +175,7 @@ async def test_too_few_turns_left_sends_the_physician_to_the_discharge(shared_da
 
 
 async def test_a_physician_that_never_submits_finishes_when_the_note_is_told(shared_data):
-    replies = {"Discharge": {"codes": ["N10"]}, "Diagnosis": {"diagnosis": "Diagnosis: Acute pyelonephritis."}}
+    replies = {"Discharge": {"codes": ["N10"]}, "Diagnosis": {"diagnosis": "Diagnosis: Acute pyelonephritis."}, "Choice": {"choice": "ask"}}
     doctor = ScriptedModel(responder=lambda r: replies.get(r.schema_name) or {"question": f"What about point {len(r.messages)}?"},
                            name="physician", small=True)
     outcome = await consult(doctor)
@@ -159,6 +187,16 @@ async def test_a_physician_that_never_submits_finishes_when_the_note_is_told(sha
     # Sent to the discharge, it asked again under the turns' schema; held to a diagnosis, it named one.
     assert [r.schema_name for r in doctor.history[-3:]] == ["Question", "Diagnosis", "Discharge"]
     assert outcome.answer == "Acute pyelonephritis"
+
+
+async def test_once_every_area_was_asked_about_the_physician_writes_the_discharge(shared_data):
+    long_note = {f"part {i}": f"Finding number {i} was seen on day {i} of the stay." for i in range(12)}
+    case = Case(id="long", chief_complaint="Fever", note=long_note, reference=Reference(codes=["R50.9"]))
+    doctor = physician(*[f"What happened on day {i}?" for i in range(len(small.TOPICS) + 1)], "Diagnosis: Fever.")
+    outcome = await CONSULT.run(case, Panel.of([doctor, assistant()]), ConsultSettings())
+    assert outcome.data["questions"] == len(small.TOPICS) + 1  # the evaluation, then one question an area
+    assert [e.text for e in outcome.transcript if e.kind == "note"] == [f"{small.ASKED_ALL} The physician writes the discharge."]
+    assert outcome.status == "ok" and outcome.data["turns"] == 2 * (len(small.TOPICS) + 1) + 1
 
 
 # ---------------------------------------------------------------- the assistant

@@ -23,8 +23,9 @@ a schema, from a prompt whose case prefix is the same for every call (so its KV 
 
 Prompts name the seats by their roles only, never by the model behind them. Token budgets when not set
 (small model such as the embedded one / any other; a reasoning model gets REASONING_ALLOWANCE more):
-`turn_tokens` 160 / 1024 per turn and per floor decision, twice that for the opening; `conclusion_tokens`
-200 / 1024. Each seat's budget fits its own model. A reply cut by its budget is marked truncated.
+`turn_tokens` 160 / 1024 per turn and per floor decision (a small moderator makes none), twice that for
+the opening (a small moderator's is code's); `conclusion_tokens` 200 / 1024. Each seat's budget fits its
+own model. A reply cut by its budget is marked truncated.
 """
 
 from __future__ import annotations
@@ -169,7 +170,8 @@ async def run(case: Case, panel: Panel, settings: LiveBoardSettings, context: Ru
         await chair.hear(speaker, question, turn + 2)
         last_speaker = speaker
     else:
-        transcript.record("note", f"turn bound of {settings.max_turns} reached", speaker=MODERATOR, phase="bound")
+        if not chair.all_heard(roles):
+            transcript.record("note", f"turn bound of {settings.max_turns} reached", speaker=MODERATOR, phase="bound")
 
     context.check()
     spoken = [(e.speaker, e.text) for e in transcript.turns()]
@@ -205,6 +207,10 @@ class Chair:
         self.transcript.record("turn", opening.parsed.presentation, reply=opening, speaker=MODERATOR, role=MODERATOR, round=1,
                                phase="opening", data={"specialists": roles})
         return roles
+
+    def all_heard(self, roles: list[str]) -> bool:
+        """Whether the meeting has nobody left to hear (the model's to judge: never, for code)."""
+        return False
 
     async def floor(self, roles: list[str], last_speaker: str, round_: int) -> tuple[str, str]:
         """Who speaks next and the question, or CLOSE."""
@@ -263,9 +269,15 @@ class SmallChair(Chair):
         table.model_for(MODERATOR)
         return roles
 
+    def given(self) -> list[str]:
+        """Who has had the floor: heard, or left out for repeating the meeting."""
+        return [e.data.get("next_speaker") for e in self.transcript if e.phase == "floor"]
+
+    def all_heard(self, roles: list[str]) -> bool:
+        return next_speaker(roles, self.given()) is None
+
     async def floor(self, roles: list[str], last_speaker: str, round_: int) -> tuple[str, str]:
-        given = [e.data.get("next_speaker") for e in self.transcript if e.phase == "floor"]  # heard, or left out for repeating
-        speaker = next_speaker(roles, given)
+        speaker = next_speaker(roles, self.given())
         if speaker is None:  # everyone has been heard: the board can decide
             self.transcript.record("note", "", speaker=MODERATOR, role=MODERATOR, round=round_, phase="floor",
                                    data={"next_speaker": CLOSE, "by": "code"})

@@ -65,7 +65,7 @@ OPTION_WORDS = ("surveillance", "watchful", "observation", "monitoring", "follow
 _TURN = {"type": "object", "properties": {"answer": {"type": "array", "items": SENTENCE, "minItems": 1, "maxItems": 2}},
          "required": ["answer"]}
 _PLAN = {"type": "object", "required": ["plan"], "properties": {"plan": {
-    "type": "string", "maxLength": 260, "pattern": rf"^{RECOMMENDS} [a-z]{_WORDS} ({'|'.join(NEXT)}) {_WORDS}$"}}}
+    "type": "string", "maxLength": 320, "pattern": rf"^{RECOMMENDS} [a-z]{_WORDS} ({'|'.join(NEXT)}) {_WORDS}$"}}}
 SAY = {"title": "BoardSay", "anyOf": [_TURN, _PLAN]}
 TURN = {"title": "BoardTurn", **_TURN}
 PLAN = {"title": "BoardPlan", **_PLAN}
@@ -115,6 +115,7 @@ SITES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "upper digestive": (("gastric", "stomach", "oesophag", "esophag", "liver", "hepatocellular", "biliary"),
                         ("Radiologist", "Gastroenterologist", "Surgical Oncologist", "Medical Oncologist", "Pathologist")),
 }
+SITE_WORDS = {"pancreas": "pancreatic", "bladder or kidney": "urological", "upper digestive": "upper digestive"}  # for the opening
 GENERAL_TEAM = ("Radiologist", "Pathologist", "Surgical Oncologist", "Medical Oncologist", "Radiation Oncologist")
 # Findings that bring one more specialist to the table, whatever the site.
 CALLED_FOR = {"Genetic Counselor": ("brca", "germline", "lynch syndrome", "pathogenic variant")}
@@ -189,7 +190,7 @@ def question_for(role: str, again: bool = False) -> str:
 def opening_text(case: Case, roles: Sequence[str]) -> str:
     """The Moderator's opening: what is to be decided and who will speak, never the summary."""
     site = site_of(case)
-    subject = f"this patient's {site} cancer" if site else "this patient's cancer"
+    subject = f"this patient's {SITE_WORDS.get(site, site)} cancer" if site else "this patient's cancer"
     names = [f"the {r}" for r in roles]
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
     return f"We are here to agree on a management plan for {subject}. I will ask {listed} for their views in turn."
@@ -277,8 +278,10 @@ class SmallMeeting:
         self.case_text = "\n".join(p for p in (self.case.summary, case_words(self.case)) if p)
 
     def tail(self, said: Sequence[tuple[str, str]], line: str) -> str:
+        """The discussion so far, then the moderator's line: what follows the shared prefix. Each call's
+        tail begins with the previous call's discussion, so it shares that too."""
         spoken = "".join(f"{role}: {text}\n" for role, text in said)
-        return f"{'Discussion so far:' + chr(10) + spoken + chr(10) if spoken else ''}{MODERATOR}: {line}"
+        return (f"Discussion so far:\n{spoken}\n" if spoken else "") + f"{MODERATOR}: {line}"
 
     async def ask(self, model: Model, user: str, shape: str, max_tokens: int) -> list[Reply]:
         """A call under SAY; asked again under the one shape wanted when the reply took the other."""

@@ -16,6 +16,12 @@ for the discharge. `max_turns` bounds the dialogue: a physician who has not subm
 the consult "unfinished" (Outcome.status), recorded with its turns and scored as an empty
 prediction unless `unfinished="exclude"` (see `score`).
 
+On a small model (`model.small`, such as the embedded one) a seat takes the small-model profile of
+medpanel.protocols.consult_small instead: questions held to a question's form by a grammar, the
+discharge offered by code after a few questions, answers told from the note's own sentences, codes picked
+from an ICD-10-CM lookup. The loop, the turn bound and the scoring here are the same for both; an outcome
+says which profile each seat took (`data["profile"]`, `data["assistant_profile"]`, only when small).
+
 Baselines: the physician alone writes the discharge from the chief complaint ("baseline", MedSyn's
 "phy w/complaint") or from the whole note ("baseline-note", "phy w/full_note"), in one turn.
 """
@@ -332,6 +338,7 @@ class PaperPhysician:
 class PaperAssistant:
     """The assistant as MedSyn holds it: the note in its prompt, free-text answers."""
 
+    profile = "paper"
     trims = False  # its answers are recorded as written
 
     def __init__(self, note: str, model: Model, options: Callable[[str], dict[str, Any]]) -> None:
@@ -376,7 +383,7 @@ async def run(case: Case, panel: Panel, settings: ConsultSettings, context: RunC
         step = await doctor.turn(questions, settings.max_turns - turn + 1, questions >= settings.min_questions)
         action, message = step["action"], step["message"]
         fields = dict(speaker=PHYSICIAN, round=turn, phase="submit" if action == "submit" else "question", data={"action": action, "message": message})
-        if "note" in step:  # code sent the physician to the discharge (no turns left for a question...): it says why
+        if step.get("note"):  # code sent the physician to the discharge (no turns left for a question...): it says why
             transcript.record("note", step["note"], speaker=PHYSICIAN, round=turn, phase="submit")
         transcript.record("turn", step.get("text", message), reply=step["reply"], role="physician", **fields)
         if action == "submit":
@@ -397,6 +404,8 @@ async def run(case: Case, panel: Panel, settings: ConsultSettings, context: RunC
                             "empty_prediction": settings.empty_prediction, "unfinished": settings.unfinished}
     if doctor.profile != "paper":
         data["profile"] = doctor.profile
+    if helper.profile != "paper":
+        data["assistant_profile"] = helper.profile
     if discharge is None:
         transcript.record("note", f"The consult reached its bound of {settings.max_turns} turns without a discharge.", phase="unfinished", round=turn)
         return Outcome(status="unfinished", answer=None, data=data | {"codes": []}, transcript=transcript)

@@ -30,13 +30,14 @@ import math
 import re
 from collections import defaultdict
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
 from medpanel.cases.model import Case
-from medpanel.errors import UsageError
+from medpanel.errors import StructuredOutputError, UsageError
 from medpanel.models.base import Model, Reply
+from medpanel.protocols.single import joined
 from medpanel.scoring.form_checks import repeats_earlier, words
 from medpanel.scoring.icd10 import CodeTable, code_table
 from medpanel.scoring.sentences import first_sentences, sentence_spans
@@ -60,7 +61,9 @@ QUESTION_WORDS = ("What", "Which", "How", "When", "Where", "Why", "Who", "Did", 
                   "Has", "Have", "Had", "Can", "Could", "Any")
 DIAGNOSIS_OPENS = "Diagnosis: "
 _ASKED = "(" + "|".join(QUESTION_WORDS) + r") [^?\"\\\n]{3,70}\?"
-_NAMED = DIAGNOSIS_OPENS + r"[A-Za-z][A-Za-z0-9 ,'()/-]{2,69}\."  # a few words: no quote, no second sentence
+# At most eight words of up to 24 characters, apart by a space or a comma and a space; no quote, one sentence.
+_WORD_CHARS = r"[A-Za-z0-9'()/-]"
+_NAMED = DIAGNOSIS_OPENS + r"[A-Za-z]" + _WORD_CHARS + "{0,23}(,? " + _WORD_CHARS + r"{1,24}){0,7}\."
 TURN_PATTERN = f"^({_ASKED}|{_NAMED})$"
 DIAGNOSIS_PATTERN = f"^{_NAMED}$"
 
@@ -69,7 +72,7 @@ def about(topic_words: str) -> str:
     """The question pattern for a re-ask: it must name the area (`topic_words`, a regex of its words). No
     counted repeats here: with the alternation after them the grammar's automaton grows past what
     llguidance builds (it stops mid-reply); the schema's maxLength bounds the length instead."""
-    return "^(" + "|".join(QUESTION_WORDS) + r") [^?\"\\\n]*(" + topic_words + r")[^?\"\\\n]*\?$"
+    return "^(" + "|".join(QUESTION_WORDS) + r") ([^?\"\\\n]* )?(" + topic_words + r")[^?\"\\\n]*\?$"
 
 
 PHYSICIAN_SYSTEM = (
@@ -93,8 +96,9 @@ TOPICS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 OPENING = "Chief complaint: {complaint}\n\nYour first question: ask the assistant for their evaluation of the patient's condition."
 NEXT = "Assistant: {answer}\n\nNow ask one question about {topic}."
-OFFER = ("Assistant: {answer}\n\nYou have asked enough: now write the discharge. Write \"" + DIAGNOSIS_OPENS.strip() + "\" and name "
-         "the diagnosis in a few words (or, if something important is still missing, ask one question about {topic}).")
+OFFER = ("Assistant: {answer}\n\nYou have asked {questions} questions. If you know enough to name the diagnosis, choose submit "
+         "and write the discharge; if you still need to know about {topic}, choose ask.")
+READY = "You chose to write the discharge."
 DIAGNOSIS_REQUEST = "Assistant: {answer}\n\n{why} Write \"" + DIAGNOSIS_OPENS.strip() + "\" and name the patient's diagnosis in a few words."
 ASKED_BEFORE = "You asked that already. Ask one question about {topic} instead."
 NOT_YET = "Not yet: first ask one question about {topic}."
@@ -132,6 +136,10 @@ def question_about(topic: str | None) -> type[BaseModel]:
     would say the same again)."""
     pattern = about(TOPICS[topic][0]) if topic in TOPICS else f"^{_ASKED}$"
     return create_model("Question", question=(str, Field(min_length=1, max_length=120, json_schema_extra={"pattern": pattern})))
+
+
+class Choice(BaseModel):  # an offered turn: ask on, or submit and write the discharge
+    choice: Literal["ask", "submit"]
 
 
 class Diagnosis(BaseModel):
@@ -301,9 +309,10 @@ def bearing_on(sentences: list[str], question: str, topic: str | None, told: lis
 class SmallPhysician:
     """The physician's side of a consult on a small model (see the module docstring).
 
-    Its questions keep one schema until submission is offered, then another for the rest: the embedded
-    model writes the schema into the system prompt, so every change of schema evaluates the whole
-    conversation again."""
+    Its questions and its diagnosis share one schema, and each offer of the discharge another (a one-word
+    choice): the embedded model writes the schema into the system prompt, so a call under a schema other
+    than the last one's evaluates the conversation again, while calls that alternate between two each
+    resume from their own kept prefix (local.PrefixCache)."""
 
     profile = "small"
 
@@ -312,7 +321,7 @@ class SmallPhysician:
         self.view = [{"role": "system", "content": PHYSICIAN_SYSTEM},
                      {"role": "user", "content": OPENING.format(complaint=case.chief_complaint)}]
         self.topic: str | None = None  # the area of the history the next question is about (None: the evaluation)
-        self.offered = False  # this turn may name the diagnosis
+        self.offered = False  # this turn offers the discharge
         self.answer = ""  # the assistant's last answer
         self.exhausted = False  # the assistant said the note holds nothing more
         self.diagnosis: str | None = None
@@ -324,6 +333,12 @@ class SmallPhysician:
         if may_submit and why is not None:
             return await self._name_diagnosis(why)
         offered = may_submit and self.offered
+        if offered:  # code offers the discharge: the physician chooses
+            offer = OFFER.format(answer=self.answer, questions=questions, topic=self.topic)
+            chosen = await self.model.complete([*self.view[:-1], {"role": "user", "content": offer}], schema=Choice, **self.options("max_tokens"))
+            if chosen.parsed.choice == "submit":
+                step = await self._name_diagnosis(READY)
+                return {**step, "reply": joined(chosen, step["reply"], step["reply"].text), "note": None}
         reply = await self.model.complete(self.view, schema=Question, **self.options("max_tokens"))
         said = reply.parsed.question.strip()
         early = named_diagnosis(said) is not None and not offered
@@ -331,7 +346,12 @@ class SmallPhysician:
             # Once, held to a question (about the area): greedy decoding would say the same again.
             self.view += [{"role": "assistant", "content": said},
                           {"role": "user", "content": NOT_YET_OPENING if self.topic is None else (NOT_YET if early else ASKED_BEFORE).format(topic=self.topic)}]
-            reply = await self.model.complete(self.view, schema=question_about(self.topic), **self.options("max_tokens"))
+            try:
+                reply = await self.model.complete(self.view, schema=question_about(self.topic), **self.options("max_tokens"))
+            except StructuredOutputError:  # it could not keep to the held question: no new one to ask
+                if not may_submit:
+                    raise
+                return await self._name_diagnosis(NOTHING_NEW)
             said = reply.parsed.question.strip()
             if may_submit and self._asked_before(said):  # nothing new to ask: the discharge is what is left
                 return await self._name_diagnosis(NOTHING_NEW)
@@ -364,11 +384,11 @@ class SmallPhysician:
         self.answer, self.exhausted = answer, answer == NOTHING_LEFT
         self.heard.append(answer)
         self.topic = list(TOPICS)[questions - 1] if questions <= len(TOPICS) else None  # the opening asked for an evaluation
-        self.offered = may_submit and questions >= OFFER_AFTER
+        self.offered = may_submit and questions >= OFFER_AFTER and self.topic is not None
         if self.topic is None:  # every area was asked about: the discharge comes next (see turn)
             self.view.append({"role": "user", "content": f"Assistant: {answer}"})
         else:
-            self.view.append({"role": "user", "content": (OFFER if self.offered else NEXT).format(answer=answer, topic=self.topic)})
+            self.view.append({"role": "user", "content": NEXT.format(answer=answer, topic=self.topic)})
 
     async def discharge(self) -> tuple[Reply, Any, dict[str, Any]]:
         """(the reply to record, the parsed discharge, data to add): codes for the diagnosis the physician
@@ -390,6 +410,7 @@ class SmallPhysician:
 class SmallAssistant:
     """The assistant's side on a small model: the note's sentences that answer each question (see the module docstring)."""
 
+    profile = "small"
     trims = True  # its answers are recorded as told, not as the reply's JSON
 
     def __init__(self, case: Case, model: Model, options) -> None:
