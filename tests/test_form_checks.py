@@ -6,7 +6,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from medpanel.scoring.form_checks import (board_checks, conclusion_ok, consult_checks, contains_schema_text, loops, recites_case,
-                                          repeated_phrase, repeats_earlier, schema_parts, sentence_count, words)
+                                          repeated_phrase, repeats_earlier, schema_parts, sentence_count, spoken_text, words)
 
 EARLIER = "The CT shows a spiculated mass in the right upper lobe with no nodal disease."
 
@@ -234,3 +234,15 @@ def test_a_consult_leaking_schema_text_fails():
     assert checks.passed["no_repeats"] and not checks.passed["no_schema_text"]
     assert "message 3" in checks.details["no_schema_text"]
     assert consult_checks(messages).passed["no_schema_text"]  # without schemas nothing can leak
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ('{"question": "What did the scan show?"}', "What did the scan show?"),
+    ('{"answer": ["One.", "Two."], "n": 2}', "One. Two."),  # a key is never what a reply said
+    ('{"plan": {"first": "Operate.", "then": ["Review."]}}', "Operate. Review."),
+    ("Plain words, not JSON.", "Plain words, not JSON."),
+    ('["a list", "is text"]', '["a list", "is text"]'),
+    ("", ""),
+])
+def test_what_a_reply_says_is_its_json_values_or_its_text(text, said):
+    assert spoken_text(text) == said

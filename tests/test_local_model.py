@@ -202,3 +202,14 @@ def test_repetition_penalties_follow_openai_definitions():
     # token 0: 3 - 2*0.5 - 1 = 1; token 2: 1 - 1*0.5 - 1 = -0.5; others unchanged.
     assert sampler.penalise(logits).tolist() == [1.0, 2.0, -0.5, 0.0]
     assert sampler(sampler.penalise(logits)) == 1  # greedy now prefers the unrepeated token
+
+
+@pytest.mark.slow
+@needs_model
+async def test_a_strict_request_is_sent_without_the_schema_note(model):
+    # A released evaluation's request is reproduced as given: the grammar holds the schema, no note adds it to the prompt.
+    loose = await model.complete(QUESTION, schema=Answer, max_tokens=20, temperature=0.0)
+    strict = await model.complete(QUESTION, schema=Answer, max_tokens=20, temperature=0.0, strict_schema=True)
+    plain = await model.complete(QUESTION, max_tokens=4, temperature=0.0)
+    assert isinstance(strict.parsed, Answer)
+    assert strict.usage.input_tokens == plain.usage.input_tokens < loose.usage.input_tokens  # the prompt as given, nothing added

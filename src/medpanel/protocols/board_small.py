@@ -12,10 +12,12 @@ and the conclusion. So code holds the form and the model writes each turn's word
   that specialty;
 - each turn: one or two sentences of at most 140 characters, under a schema pattern the grammar
   enforces; a sentence that repeats an 8-word run of an earlier turn, restates the turn's own first
-  sentence, loops on a few words or mostly copies the case is dropped, and a turn left with nothing is
-  asked a second question (then left out);
-- the plan: two sentences, the first "The board recommends ...", naming a management option (checked
-  here), the second opening with a word that moves on ("The patient ...", "If ...").
+  sentence, loops on a few words (a word pair twice), gives the moderator's question back or mostly
+  copies the case is dropped, and a turn left with nothing is asked up to two other questions (then
+  left out);
+- the plan: two sentences of counted words, the first "The board recommends OPTION ...", the option
+  from a short menu for the case's site (MENUS, plus options any board may take), the second opening
+  with a word that moves on ("The patient ...", "If ...").
 
 Every call of one meeting starts with the same system message (the instructions, one short worked
 example, the case in brief) and the same schema note, and differs only in its tail (the discussion so
@@ -25,6 +27,7 @@ meeting. The case in brief: the summary when short, else its first sentence and 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -56,7 +59,7 @@ RECOMMENDS = "The board recommends"
 OPTION_WORDS = ("surveillance", "watchful", "observation", "monitoring", "follow-up", "surgery", "surgical", "resection",
                 "excision", "ectomy", "operation", "radiotherapy", "radiation", "sbrt", "brachytherapy", "chemo", "immunotherapy",
                 "systemic", "endocrine", "hormon", "targeted", "neoadjuvant", "adjuvant", "palliative", "trial", "biopsy",
-                "staging", "referral", "transplant", "ablation", "therapy")
+                "staging", "referral", "transplant", "ablation", "stent", "therapy")
 
 # One schema for every call of a meeting: a turn ("answer": one or two sentences) or the plan (two
 # sentences: the recommendation, then what follows). One schema, one schema note: every call shares the
@@ -64,11 +67,42 @@ OPTION_WORDS = ("surveillance", "watchful", "observation", "monitoring", "follow
 # asked again under that shape alone. Plain field names and no descriptions (a small model copies those).
 _TURN = {"type": "object", "properties": {"answer": {"type": "array", "items": SENTENCE, "minItems": 1, "maxItems": 2}},
          "required": ["answer"]}
-_PLAN = {"type": "object", "required": ["plan"], "properties": {"plan": {
-    "type": "string", "maxLength": 320, "pattern": rf"^{RECOMMENDS} [a-z]{_WORDS} ({'|'.join(NEXT)}) {_WORDS}$"}}}
-SAY = {"title": "BoardSay", "anyOf": [_TURN, _PLAN]}
 TURN = {"title": "BoardTurn", **_TURN}
-PLAN = {"title": "BoardPlan", **_PLAN}
+
+# The management options a plan may open with, by site (see SITES), then options any board may take.
+# Left free, a 135M model recommends whatever its weights favour (a mastectomy for a prostate); held to
+# a short menu by the grammar, it still chooses, and goes on in its own words ("... for his GG2 tumour").
+MENUS: dict[str, tuple[str, ...]] = {
+    "prostate": ("active surveillance", "radical prostatectomy", "radiotherapy with hormone therapy", "brachytherapy"),
+    "bladder or kidney": ("transurethral resection", "radical cystectomy", "partial nephrectomy", "radical nephrectomy"),
+    "lung": ("lobectomy", "neoadjuvant chemoimmunotherapy", "concurrent chemoradiotherapy", "stereotactic radiotherapy"),
+    "breast": ("breast-conserving surgery", "mastectomy", "neoadjuvant chemotherapy", "endocrine therapy"),
+    "colorectal": ("total neoadjuvant therapy", "chemoradiotherapy", "surgical resection", "adjuvant chemotherapy"),
+    "pancreas": ("neoadjuvant chemotherapy", "pancreatoduodenectomy", "chemoradiotherapy", "biliary stenting"),
+    "upper digestive": ("perioperative chemotherapy", "surgical resection", "endoscopic resection", "ablation"),
+}
+ANY_BOARD = ("surgery", "radiotherapy", "chemoradiotherapy", "systemic therapy", "further staging", "palliative care")
+
+
+PLAN_CHARS = 260  # the plan's two sentences
+
+
+def menu_for(site: str | None) -> tuple[str, ...]:
+    return tuple(dict.fromkeys([*MENUS.get(site or "", ()), *ANY_BOARD]))
+
+
+def meeting_schemas(site: str | None) -> tuple[dict, dict]:
+    """(SAY, PLAN) for a meeting at `site`: the plan opens with one of the site's options (menu_for),
+    then the rest of its first sentence, then a sentence that moves on."""
+    options = "|".join(menu_for(site))  # letters, spaces and hyphens: nothing to escape
+    # Bounded by length, not by counted words: counted repeats of a word pattern grow the grammar past
+    # what llguidance builds ("too many expressions constructed"). A plan that runs on loops, and is asked again.
+    pattern = rf"^{RECOMMENDS} ({options})(\.|,? [a-z\d]{_WORDS}) ({'|'.join(NEXT)}) {_WORDS}$"
+    plan = {"type": "object", "required": ["plan"], "properties": {"plan": {"type": "string", "maxLength": PLAN_CHARS, "pattern": pattern}}}
+    return {"title": "BoardSay", "anyOf": [_TURN, plan]}, {"title": "BoardPlan", **plan}
+
+
+SAY, PLAN = meeting_schemas(None)  # a meeting whose site is not known
 
 
 def names_option(sentence: str) -> bool:
@@ -139,7 +173,9 @@ QUESTIONS = {
     "Genetic Counselor": "what is the role of genetic testing here?",
     "Oncology Nurse Navigator": "what support does the patient need?",
 }
-DEFAULT_QUESTION = AGAIN_QUESTION = "what is your recommendation?"
+DEFAULT_QUESTION = "what is your recommendation?"
+# Asked, in turn, of a specialist whose answer drew nothing new (each question draws other words from a greedy model).
+AGAIN_QUESTIONS = ("what is your recommendation?", "what would you add for this patient?")
 
 
 def case_words(case: Case) -> str:
@@ -183,8 +219,9 @@ def next_speaker(roles: Sequence[str], given: Sequence[str]) -> str | None:
     return next((r for r in roles if r not in set(given)), None)
 
 
-def question_for(role: str, again: bool = False) -> str:
-    return f"{role}, {AGAIN_QUESTION if again else QUESTIONS.get(role, DEFAULT_QUESTION)}"
+def question_for(role: str, again: int = 0) -> str:
+    """The moderator's question to `role`; `again`: the how-manieth time it is asked this turn, from 0."""
+    return f"{role}, {AGAIN_QUESTIONS[again - 1] if again else QUESTIONS.get(role, DEFAULT_QUESTION)}"
 
 
 def opening_text(case: Case, roles: Sequence[str]) -> str:
@@ -232,19 +269,34 @@ CLOSING = ("To close, the board's plan:", "To close, the board's plan and the ne
 
 
 def loops_on_words(sentence: str) -> bool:
-    """A sentence of 8 words or more with fewer than half of them distinct: a small model stuck on a phrase."""
+    """A small model stuck on a phrase: a sentence that says a word pair twice ("radical prostatectomy,
+    radical prostatectomy", "please, please, please"), or of 8 words or more with under half of them distinct."""
     tokens = words(sentence)
-    return len(tokens) >= 8 and len(set(tokens)) < len(tokens) / 2
+    pairs = list(zip(tokens, tokens[1:]))
+    return len(set(pairs)) < len(pairs) or (len(tokens) >= 8 and len(set(tokens)) < len(tokens) / 2)
 
 
-def fresh_sentences(said: Sequence[str], earlier: Sequence[str], case_text: str = "") -> list[str]:
+def echoes_question(sentence: str, question: str, role: str) -> bool:
+    """A sentence that gives the moderator's line back instead of answering it: it opens by addressing the
+    speaker ("Pathologist, what do ...", "The Thoracic Surgeon. ..."; "The pathologist examines ..." is an
+    answer) or asks the question's own opening ("what do the ..."; the answer "The pathology findings
+    show ..." shares only its topic)."""
+    addressed = re.match(rf"(the )?{re.escape(role)}\s*[,.:]", sentence.strip(), flags=re.I) is not None
+    asked = words(question.split(",", 1)[-1])[:3]
+    return addressed or (len(asked) == 3 and repeated_phrase(sentence, [" ".join(asked)], 3) is not None)
+
+
+def fresh_sentences(said: Sequence[str], earlier: Sequence[str], case_text: str = "", question: str = "", role: str = "") -> list[str]:
     """The sentences that repeat no 8-word run of an earlier turn, restate no earlier sentence kept here
     (the same words, or 5 of them in a row: a small model's second sentence often says its first
-    again), do not loop on a few words, and do not mostly copy the case."""
+    again), do not loop on a few words, do not give the `question` back to the moderator, and do not
+    mostly copy the case."""
     kept: list[str] = []
     for sentence in said:
         restates = any(words(sentence) == words(k) for k in kept) or repeated_phrase(sentence, kept, RESTATE_WORDS) is not None
         if restates or loops_on_words(sentence) or repeated_phrase(sentence, earlier) is not None:
+            continue
+        if role and echoes_question(sentence, question, role):
             continue
         if recites_case(sentence, case_text) <= MOSTLY:
             kept.append(sentence)
@@ -275,6 +327,7 @@ class SmallMeeting:
 
     def __post_init__(self) -> None:
         self.system = SYSTEM.format(case=compact_case(self.case))
+        self.say, self.plan = meeting_schemas(site_of(self.case))
         self.case_text = "\n".join(p for p in (self.case.summary, case_words(self.case)) if p)
 
     def tail(self, said: Sequence[tuple[str, str]], line: str) -> str:
@@ -287,25 +340,25 @@ class SmallMeeting:
         """A call under SAY; asked again under the one shape wanted when the reply took the other."""
         messages = [Message(role="system", content=self.system), Message(role="user", content=user)]
         options = {"temperature": self.temperature, "max_tokens": max_tokens, **self.options}
-        replies = [await complete(model, messages, SAY, options)]
+        replies = [await complete(model, messages, self.say, options)]
         if shape not in replies[-1].parsed:
-            replies.append(await complete(model, messages, TURN if shape == "answer" else PLAN, options))
+            replies.append(await complete(model, messages, TURN if shape == "answer" else self.plan, options))
         return replies
 
     async def speak(self, model: Model, role: str, said: Sequence[tuple[str, str]], max_tokens: int,
                     question: str | None = None) -> tuple[str, list[Reply], list[str]]:
         """One specialist's turn, answering `question` (default: the specialty's own): (its text, "" when
         all it said repeated the meeting; the replies it took; the sentences dropped). Asked a second,
-        different question when the first drew nothing new."""
+        different question (AGAIN_QUESTIONS, in turn) while what it said drew nothing new."""
         earlier = [text for _, text in said]
         replies: list[Reply] = []
         offered: list[str] = []
-        for asked in (question or question_for(role), question_for(role, again=True)):
+        for asked in (question or question_for(role), *(question_for(role, again=n) for n in range(1, len(AGAIN_QUESTIONS) + 1))):
             user = f"{self.tail(said, asked)}\nAnswer as the {role}."
             replies += await self.ask(model, user, "answer", max_tokens)
             got = reply_sentences(replies[-1].parsed)
             offered += got
-            kept = fresh_sentences(got, earlier, self.case_text)[:2]
+            kept = fresh_sentences(got, earlier, self.case_text, asked, role)[:2]
             if kept:
                 break
         return " ".join(kept), replies, [s for s in offered if s not in kept]

@@ -6,10 +6,13 @@ held by code and grammar where a 135M model cannot hold it by itself.
                 a grammar lets it write only a short question that opens with a question word and ends in
                 '?', or "Diagnosis: ..." (no schema descriptions to copy). A question that repeats an
                 earlier one is asked again once, held to naming the area; a second repeat ends the questions.
-                After OFFER_AFTER questions code offers the discharge as the next step (the physician may
-                still ask); once every area was asked about, the note is told, or too few turns are left
-                for a question and its answer, code sends it to the discharge
-    discharge   the physician's diagnosis in its own words, then codes picked, in a short call of their own,
+                After OFFER_AFTER questions code offers the discharge as the next step, a one-word choice
+                (ask or submit, under a grammar) the physician makes each turn from then on; once every
+                area was asked about, the note is told, or too few turns are left for a question and its
+                answer, code sends it to the discharge
+    discharge   the physician's diagnosis in its own words (at most six words, under the grammar; one that
+                says two words twice or stops on a word like "of" is named once more, told why), then codes
+                picked, in a short call of their own,
                 from candidates that code looked up in the ICD-10-CM table from what the physician knows
                 (its diagnosis, what it heard, the chief complaint): a small model cannot recall codes, a
                 coder looks them up, and the grammar holds the pick to codes that exist
@@ -61,9 +64,12 @@ QUESTION_WORDS = ("What", "Which", "How", "When", "Where", "Why", "Who", "Did", 
                   "Has", "Have", "Had", "Can", "Could", "Any")
 DIAGNOSIS_OPENS = "Diagnosis: "
 _ASKED = "(" + "|".join(QUESTION_WORDS) + r") [^?\"\\\n]{3,70}\?"
-# At most eight words of up to 24 characters, apart by a space or a comma and a space; no quote, one sentence.
-_WORD_CHARS = r"[A-Za-z0-9'()/-]"
-_NAMED = DIAGNOSIS_OPENS + r"[A-Za-z]" + _WORD_CHARS + "{0,23}(,? " + _WORD_CHARS + r"{1,24}){0,7}\."
+# At most six words, apart by a space or a comma and a space, one sentence. A word is letters (an apostrophe
+# among them, one hyphen inside: "Crohn's", "Non-Hodgkin") or a number alone ("type 2"). Without digits,
+# brackets and free hyphens inside words, a small model cannot run a phrase on ("URON2020",
+# "3-year-old-patient-with-") past the word bound.
+_WORD = r"([A-Za-z][A-Za-z']{0,19}(-[A-Za-z]{1,12})?|\d{1,2})"
+_NAMED = DIAGNOSIS_OPENS + r"[A-Za-z][A-Za-z']{0,19}(-[A-Za-z]{1,12})?(,? " + _WORD + r"){0,5}\."
 TURN_PATTERN = f"^({_ASKED}|{_NAMED})$"
 DIAGNOSIS_PATTERN = f"^{_NAMED}$"
 
@@ -111,6 +117,7 @@ NO_TURNS = "No turns are left for another question and its answer."
 ASKED_ALL = "You have asked about every part of the history."
 NOTHING_MORE = "The assistant has told you all the note holds."
 NOTHING_NEW = "You have nothing new to ask."
+RENAME = "That diagnosis {flaw}. Name the diagnosis again, once, in two to five words that end on the condition."
 
 ASSISTANT_SYSTEM = (
     "You are the doctor's assistant. You have read the patient's clinical note; the doctor has not. Tell the doctor "
@@ -144,6 +151,22 @@ class Choice(BaseModel):  # an offered turn: ask on, or submit and write the dis
 
 class Diagnosis(BaseModel):
     diagnosis: str = Field(min_length=1, max_length=120, json_schema_extra={"pattern": DIAGNOSIS_PATTERN})
+
+
+# Words a diagnosis does not end on: a small model stopped by the word bound mid-phrase ("... diagnosis of").
+DANGLING = frozenset("a an and or of with without in on at to for from by the its his her their diagnosis patient".split())
+
+
+def diagnosis_flaw(diagnosis: str) -> str | None:
+    """What is wrong with a named diagnosis' form, or None: it says two words twice ("Renal failure, Renal
+    failure"), or it stops on a word that leads on ("... with")."""
+    tokens = words(diagnosis)
+    pairs = list(zip(tokens, tokens[1:]))
+    if len(set(pairs)) < len(pairs) or (len(tokens) == 2 and tokens[0] == tokens[1]):
+        return "says the same words twice"
+    if tokens and tokens[-1] in DANGLING:
+        return f"stops on '{tokens[-1]}'"
+    return None
 
 
 def named_diagnosis(text: str) -> str | None:
@@ -370,6 +393,13 @@ class SmallPhysician:
         if named_diagnosis(said) is None:
             reply = await self.model.complete(self.view, schema=Diagnosis, **self.options("discharge_max_tokens"))
             said = reply.parsed.diagnosis.strip()
+        flaw = diagnosis_flaw(named_diagnosis(said) or said)
+        if flaw is not None:  # once more, told what was wrong (greedy decoding would say the same again)
+            retry = [*self.view, {"role": "assistant", "content": said}, {"role": "user", "content": RENAME.format(flaw=flaw)}]
+            again = await self.model.complete(retry, schema=Diagnosis, **self.options("discharge_max_tokens"))
+            fixed = again.parsed.diagnosis.strip()
+            if diagnosis_flaw(named_diagnosis(fixed) or fixed) is None:
+                reply, said = joined(reply, again, fixed), fixed
         self.view.append({"role": "assistant", "content": said})
         self.diagnosis = named_diagnosis(said) or said.rstrip(".")  # a reply made without the grammar may lack the opening
         return {"action": "submit", "message": said, "reply": reply, "note": f"{why} The physician writes the discharge."}

@@ -230,6 +230,17 @@ class Store:
             return [dict(r) for r in self._query("SELECT * FROM call_log ORDER BY id")]
         return [dict(r) for r in self._query("SELECT * FROM call_log WHERE run_id = ? ORDER BY id", (run_id,))]
 
+    def request_schemas(self, run_id: str | None = None, item_id: str | None = None) -> list[dict]:
+        """The distinct reply schemas the logged calls were sent (of a run, of one of its items), first seen first."""
+        schemas: dict[str, dict] = {}
+        for row in self.call_log(run_id):
+            if item_id is not None and row["item_id"] != item_id:
+                continue
+            schema = ((self.get_call(row["key"]) or {}).get("request") or {}).get("schema")
+            if schema:
+                schemas.setdefault(json.dumps(schema, sort_keys=True), schema)
+        return list(schemas.values())
+
     # ------------------------------------------------------------------ runs
 
     def create_run(self, run_id: str, *, dataset: str, protocol: str, models: list[str], settings: dict,

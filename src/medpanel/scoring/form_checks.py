@@ -14,6 +14,7 @@ Words are compared lowercased with punctuation dropped: a word is a run of lette
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -86,6 +87,27 @@ def sentence_count(text: str) -> int:
 def conclusion_ok(text: str) -> bool:
     """A conclusion of two to four sentences."""
     return 2 <= sentence_count(text) <= 4
+
+
+def spoken_text(text: str) -> str:
+    """What a reply says: the string values of a JSON object (not its keys), else the text itself."""
+    try:
+        data = json.loads(text)
+    except (TypeError, ValueError):
+        return text or ""
+    if not isinstance(data, dict):
+        return text or ""
+    parts: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, str):
+            parts.append(value)
+        elif isinstance(value, (list, dict)):
+            for item in value.values() if isinstance(value, dict) else value:
+                walk(item)
+
+    walk(data)
+    return " ".join(parts)
 
 
 def schema_parts(schema: Any) -> tuple[list[str], list[str]]:
