@@ -393,3 +393,27 @@ async def test_structured_turns_takes_any_model_turn_by_turn():
     model = small_board(small=False)
     outcome = await get_protocol("board").run(load_case(ROOT / "examples" / "breast"), Panel.of([model]), BoardSettings(structured="turns"))
     assert outcome.data["structured"] == "turns" and outcome.data["parse_status"] == "parsed" and len(discussion(outcome)) == 5
+
+
+@pytest.mark.parametrize(("sentence", "lists"), [
+    ("The board recommends active surveillance, radical prostatectomy, brachytherapy and systemic therapy.", True),
+    ("The board recommends radical prostatectomy, then radiotherapy with hormone therapy if margins are positive.", False),
+    ("The board recommends breast-conserving surgery with radiotherapy to the breast.", False),  # one option inside another
+])
+def test_a_recommendation_naming_most_of_the_menu_is_a_copied_list(sentence, lists):
+    site = "breast" if "breast" in sentence else "prostate"
+    assert board_small.lists_options(sentence, board_small.menu_for(site)) is lists
+
+
+async def test_a_plan_that_copies_the_menu_is_asked_again():
+    case = load_case(ROOT / "examples" / "prostate")
+    listed = "The board recommends active surveillance, radical prostatectomy, brachytherapy and surgery. He is seen in a month."
+    chosen = "The board recommends radical prostatectomy with nerve sparing. He is seen in a month."
+    plans = iter([{"plan": listed}, {"plan": chosen}])
+
+    def respond(request):
+        role = asked_role(request)
+        return next(plans) if role is None else {"answer": [own_sentence(role)]}
+
+    outcome = await get_protocol("board").run(case, Panel.of([ScriptedModel(responder=respond, runtime=Runtime(), small=True)]), BoardSettings())
+    assert outcome.answer == chosen

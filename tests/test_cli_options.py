@@ -45,6 +45,8 @@ COMMANDS = {
                           "MEDPANEL_JUDGE_MAX_TOKENS"),
     "judge board": (["judge", "board", "--case", "examples/prostate", "--response", MEETING, "--judge", "scripted:echo"], "MEDPANEL_JUDGE_MAX_TOKENS"),
     "judge run": (["judge", "run", "RUN", "--judge", "scripted:echo"], "MEDPANEL_JUDGE_MAX_TOKENS"),
+    "score healthbench-meta": (["score", "healthbench-meta", "tests/fixtures/healthbench/meta.jsonl", "--judge", "scripted:echo"],
+                               "MEDPANEL_JUDGE_MAX_TOKENS"),
 }
 # Commands that store their work as a run, and the setting their --max-tokens becomes.
 STORED_SETTING = {"board": "max_tokens", "ask": "max_tokens", "debate": "max_tokens", "osce": "max_tokens", "consult": "max_tokens"}
@@ -135,7 +137,7 @@ def test_max_tokens_has_its_own_variable_wherever_its_meaning_differs():
     assert "MEDPANEL_MAX_TOKENS" not in readers
     # One meaning per variable: only the judge commands (tokens per judge reply) share theirs.
     assert {envvar: names for envvar, names in readers.items() if len(names) > 1} == {
-        "MEDPANEL_JUDGE_MAX_TOKENS": {"judge equivalence", "judge board", "judge run"}}
+        "MEDPANEL_JUDGE_MAX_TOKENS": {"judge equivalence", "judge board", "judge run", "score healthbench-meta"}}
 
 
 @pytest.mark.parametrize("name", list(STORED_SETTING))

@@ -89,8 +89,8 @@ async def test_a_protocol_no_judge_scores_is_refused(tmp_path):
 
     store = Store(tmp_path / "mcq.db")
     runtime = Runtime(cache=store)
+    mcq = [Case(id="q", question="Q?", options={"A": "a", "B": "b"}, reference=Reference(answer="A"))]
     result = await run_benchmark(store, RunConfig(dataset="inline", protocol="single", models=["m"]), runtime,
-                                 panel=Panel.of([ScriptedModel(["Answer: A"], runtime=runtime)], names=["m"]),
-                                 cases=[Case(id="q", question="Q?", options={"A": "a", "B": "b"}, reference=Reference(answer="A"))])
-    with pytest.raises(UsageError, match="which no judge scores"):
-        await judge_stored_run(store, result.run_id, judge(runtime))
+                                 panel=Panel.of([ScriptedModel(["Answer: A"], runtime=runtime)], names=["m"]), cases=mcq)
+    with pytest.raises(UsageError, match="which no judge scores"):  # single's judge grades HealthBench rubrics only
+        await judge_stored_run(store, result.run_id, judge(runtime), cases=mcq)

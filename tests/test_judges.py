@@ -327,15 +327,18 @@ async def test_judge_stored_board_run_reads_the_raw_meeting(store, tmp_path):
     assert "<turn 2> Radiation Oncologist: Yes, SBRT without ADT." in consistency.messages[1].content
 
 
-async def test_judge_stored_run_refuses_a_protocol_without_a_judge(store):
+# single is judged on HealthBench conversations only: a multiple-choice single run is refused all the same
+@pytest.mark.parametrize("protocol", ["single", "vote"])
+async def test_judge_stored_run_refuses_a_protocol_without_a_judge(store, protocol):
     from medpanel.runs.judging import judge_stored_run
 
     runtime = Runtime(cache=store)
     panel = Panel.of([ScriptedModel(responder=lambda r: "Answer: A", runtime=runtime)])
     mcq = Case(id="q", question="Q?", options={"A": "a", "B": "b"}, reference=Reference(answer="A"))
-    result = await run_benchmark(store, RunConfig(dataset="inline", protocol="single", models=["s"]), runtime, panel=panel, cases=[mcq])
+    result = await run_benchmark(store, RunConfig(dataset="inline", protocol=protocol, models=["s"]), runtime, panel=panel, cases=[mcq])
     with pytest.raises(UsageError, match="which no judge scores"):
-        await judge_stored_run(store, result.run_id, judge_by_schema())
+        await judge_stored_run(store, result.run_id, judge_by_schema(), cases=[mcq])
+    assert "judge" not in (store.get_run(result.run_id)["settings"].get("roles") or {})  # nothing recorded
 
 
 # ---------------------------------------------------------------- the CLI (subprocess; `judge` imported whether or not it is registered yet)

@@ -227,6 +227,8 @@ CHANGES: dict[str, dict[str, tuple]] = {
 # The board's judges run only with a judge model configured, which a judge-free run cannot exercise: their
 # settings are tested with the judges (tests/test_judges.py, tests/test_board.py).
 JUDGE_SETTINGS = {"judge_mode", "judge_prompt_files", "judge_max_tokens", "bertscore"}
+# Likewise HealthBench's rubric grader (single, longform): its settings are tested in tests/test_healthbench.py.
+GRADER_SETTINGS = {"grader_concurrency", "grader_max_tokens"}
 
 # Every role changes what a run does too (roles are not settings: the runner builds them). Each entry:
 # the roles of the changed run; the base run has the protocol's usual ones (OSCE: its own three models).
@@ -293,7 +295,7 @@ async def test_every_role_changes_what_the_run_does(protocol, change):
 
 def test_the_change_table_names_every_setting():
     for protocol in RUNS:
-        names = set(setting_names(get_protocol(protocol).settings)) - (JUDGE_SETTINGS if protocol.startswith("board") else set())
+        names = set(setting_names(get_protocol(protocol).settings)) - (JUDGE_SETTINGS if protocol.startswith("board") else set()) - GRADER_SETTINGS
         assert names == set(CHANGES[protocol]), (protocol, names ^ set(CHANGES[protocol]))
 
 
@@ -414,7 +416,7 @@ def test_the_budget_tables_cover_every_token_setting():
         if not issubclass(settings, Settings):
             continue
         # A judge's budget is the size of its verdict, whoever sits at the table: it is not fitted to the seat.
-        token_fields = [n for n in setting_names(settings) if n.endswith("tokens") and n not in JUDGE_SETTINGS]
+        token_fields = [n for n in setting_names(settings) if n.endswith("tokens") and n not in JUDGE_SETTINGS | GRADER_SETTINGS]
         assert token_fields, protocol
         for name in token_fields:
             assert settings.model_fields[name].default is None, (protocol, name)

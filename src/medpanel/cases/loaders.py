@@ -239,9 +239,27 @@ def _looks_like_otb(path: Path) -> bool:
     return any(key in first for key in ("simulation_id", "qa_id")) or first.get("format") == "sharegpt"
 
 
+def _refuse_healthbench(path: Path) -> None:
+    """A HealthBench file (plain or gzipped) named without the prefix, told by its first record's fields, is
+    pointed to the right command instead of failing in another loader."""
+    first = next(_jsonl(path), {})
+    if not isinstance(first, dict):
+        return
+    if {"prompt", "rubrics"} <= set(first):
+        raise UsageError(f"{path} looks like a HealthBench benchmark file (its records have prompt and rubrics).",
+                         f"Name it as healthbench:{path}.")
+    if {"prompt", "binary_labels"} <= set(first):
+        raise UsageError(f"{path} looks like HealthBench's meta-evaluation file (its records have binary_labels), not a dataset to run.",
+                         f"Grade a grader with it: medpanel score healthbench-meta {path} --judge SPEC.")
+
+
 def load_dataset(name: str, limit: int | None = None) -> list[Case]:
     """A named dataset, a case file or folder of case files, or a JSONL file of Case records."""
     base, _, pick = name.partition(":")
+    if base == "healthbench":  # healthbench:FILE names the user's download (the data is not shipped)
+        from medpanel.cases.healthbench import load_healthbench
+
+        return _collected(name, load_healthbench(pick), limit)
     if pick and base in DATASETS:  # one item of a named dataset: NAME:INDEX or NAME:CASE_ID
         return [_pick_one(base, pick)]
     if name in DATASETS:
@@ -249,7 +267,10 @@ def load_dataset(name: str, limit: int | None = None) -> list[Case]:
     else:
         path = Path(name)
         if not path.exists():
-            raise UsageError(f"Unknown dataset '{name}'.", f"Use a name ({', '.join(DATASETS)}), a case file or folder, or a JSONL file of cases.")
+            raise UsageError(f"Unknown dataset '{name}'.", f"Use a name ({', '.join(DATASETS)}), healthbench:FILE, a case file or folder, "
+                             "or a JSONL file of cases.")
+        if path.is_file() and path.name.endswith((".jsonl", ".jsonl.gz")):
+            _refuse_healthbench(path)
         if path.name.endswith(".jsonl.gz") or (path.suffix == ".jsonl" and _looks_like_otb(path)):  # OpenTumorBoard's records
             from medpanel.cases.opentumorboard import load_otb_records
 
@@ -258,6 +279,11 @@ def load_dataset(name: str, limit: int | None = None) -> list[Case]:
             cases = _case_records(path)
         else:
             cases = _case_file_dataset(path)
+    return _collected(name, cases, limit)
+
+
+def _collected(name: str, cases: Iterator[Case], limit: int | None) -> list[Case]:
+    """The first `limit` cases, refusing an empty dataset and duplicate ids."""
     out: list[Case] = []
     for case in cases:
         if limit is not None and len(out) >= limit:

@@ -25,6 +25,15 @@ class Turn(BaseModel):
     text: str
 
 
+class Criterion(BaseModel):
+    """One rubric criterion (HealthBench): met or not by a response, worth `points`; negative points mark
+    something a response should not do. Tags such as `axis:accuracy` or `level:cluster` group criteria."""
+
+    criterion: str
+    points: float
+    tags: list[str] = Field(default_factory=list)
+
+
 class Reference(BaseModel):
     """What a real board, exam key or coder said. Never shown to the panel."""
 
@@ -33,6 +42,7 @@ class Reference(BaseModel):
     conclusion: str | None = None
     discussion: list[Turn] = Field(default_factory=list)
     codes: list[str] = Field(default_factory=list)
+    rubric: list[Criterion] = Field(default_factory=list)  # graded criteria of a response (HealthBench)
 
 
 class Case(BaseModel):
@@ -46,12 +56,17 @@ class Case(BaseModel):
     question: str = ""
     options: dict[str, str] = Field(default_factory=dict)  # letter -> option text
     target_role: str = ""
+    conversation: list[Turn] = Field(default_factory=list)  # a chat to answer the last turn of (role user/assistant/system)
     reference: Reference = Field(default_factory=Reference)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    def missing(self, *fields: str) -> list[str]:
+        """The needed fields this case lacks; "a|b" is met by either, and named "a or b"."""
+        return [f.replace("|", " or ") for f in fields if not any(getattr(self, name) for name in f.split("|"))]
+
     def require(self, *fields: str, protocol: str) -> None:
         """Reject a case that lacks what a protocol needs, naming the fields and the fix."""
-        missing = [f for f in fields if not getattr(self, f)]
+        missing = self.missing(*fields)
         if missing:
             raise UsageError(
                 f"Case '{self.id}' cannot run the {protocol} protocol: it has no {', '.join(missing)}.",
@@ -69,3 +84,11 @@ class Case(BaseModel):
 
     def options_text(self) -> str:
         return "\n".join(f"{k}. {v}" for k, v in self.options.items())
+
+    def conversation_messages(self) -> list[dict[str, str]]:
+        """The conversation as chat messages, to be answered as its next assistant turn."""
+        return [{"role": t.role, "content": t.text} for t in self.conversation]
+
+    def conversation_text(self) -> str:
+        """The conversation as text, one "role: text" block per turn."""
+        return "\n\n".join(f"{t.role}: {t.text}" for t in self.conversation)

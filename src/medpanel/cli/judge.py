@@ -24,7 +24,7 @@ PromptFilesOpt = Annotated[Optional[list[str]], typer.Option(
 ScopeFileOpt = Annotated[Optional[Path], typer.Option("--scope-file", envvar="MEDPANEL_SCOPE_FILE", help="JSON file that keeps frozen four-decision scopes across runs.")]
 JudgeTokensOpt = Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_JUDGE_MAX_TOKENS", min=16,
                                                        help="Tokens for each judge reply (medpanel mode; released mode uses the release's budgets). "
-                                                            "`judge run`: default the run's own setting.")]
+                                                            "`judge run`: default the run's own setting (a HealthBench run's grader_max_tokens).")]
 JudgeModeOpt = Annotated[Optional[str], typer.Option("--judge-mode", envvar="MEDPANEL_JUDGE_MODE",
                                                      help="medpanel or released: reproduce the benchmark's own evaluation (docs/judges.md). "
                                                           "`judge run`: default the run's own setting.")]
@@ -180,7 +180,7 @@ def judge_board_cmd(
 
 @judge_command("run", max_tokens=None, judge_mode=None)
 def judge_run_cmd(
-    run: Annotated[str, typer.Argument(help="Run id of a specialist, board or board-live run (an ask included), a unique prefix, or 'last'.")],
+    run: Annotated[str, typer.Argument(help="Run id of a specialist, board or board-live run (an ask included), or of a HealthBench run (single, longform), a unique prefix, or 'last'.")],
     scope_file: ScopeFileOpt = None,
     concurrency: Annotated[int, typer.Option("--concurrency", "-c", envvar="MEDPANEL_CONCURRENCY", min=1, max=256, help="Items judged at once.")] = 4,
     as_json: JsonOpt = False,
@@ -248,7 +248,9 @@ def _judge_settings(protocol: str, files: dict[str, Path], max_tokens: int | Non
         else:
             raise UsageError(f"The {protocol} protocol's judges take no prompt file for {', '.join(sorted(files))}.",
                              "Give a prompt file only for a rubric this run is judged with.")
-    for key, value, flag in (("judge_max_tokens", max_tokens, "--max-tokens"), ("judge_mode", mode, "--judge-mode")):
+    # A HealthBench run's judge is the rubric grader, whose budget is grader_max_tokens: --max-tokens sets it there.
+    tokens_key = next((k for k in ("judge_max_tokens", "grader_max_tokens") if k in names), "judge_max_tokens")
+    for key, value, flag in ((tokens_key, max_tokens, "--max-tokens"), ("judge_mode", mode, "--judge-mode")):
         if value is None:
             continue
         if key not in names:

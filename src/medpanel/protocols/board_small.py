@@ -42,7 +42,7 @@ from medpanel.scoring.sentences import sentence_spans
 MODERATOR = "Moderator"
 SPEAKERS = 4  # specialists at a small-model meeting: enough for the form, few enough to stay quick
 CASE_WORDS = 250
-RESTATE_WORDS = 5
+RESTATE_WORDS = 4  # a second sentence sharing this many words in a row with the first says it again
 
 # A sentence: a capital or digit first, then words of letters, digits and a little punctuation (a comma
 # only before a space, a decimal point only between digits), and a full stop; at most 140 characters.
@@ -89,6 +89,16 @@ PLAN_CHARS = 260  # the plan's two sentences
 
 def menu_for(site: str | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*MENUS.get(site or "", ()), *ANY_BOARD]))
+
+
+def lists_options(sentence: str, menu: Sequence[str], most: int = 2) -> bool:
+    """A recommendation that names more than `most` of the menu's options: the menu copied as a list
+    ("active surveillance, radical prostatectomy, ..."), not a choice."""
+    left, named = sentence.lower(), 0
+    for option in sorted(menu, key=len, reverse=True):  # "breast-conserving surgery" is one option, not two
+        left, found = re.subn(rf"\b{re.escape(option)}\b", " ", left)
+        named += found > 0
+    return named > most
 
 
 def meeting_schemas(site: str | None) -> tuple[dict, dict]:
@@ -288,7 +298,7 @@ def echoes_question(sentence: str, question: str, role: str) -> bool:
 
 def fresh_sentences(said: Sequence[str], earlier: Sequence[str], case_text: str = "", question: str = "", role: str = "") -> list[str]:
     """The sentences that repeat no 8-word run of an earlier turn, restate no earlier sentence kept here
-    (the same words, or 5 of them in a row: a small model's second sentence often says its first
+    (the same words, or RESTATE_WORDS of them in a row: a small model's second sentence often says its first
     again), do not loop on a few words, do not give the `question` back to the moderator, and do not
     mostly copy the case."""
     kept: list[str] = []
@@ -327,6 +337,7 @@ class SmallMeeting:
 
     def __post_init__(self) -> None:
         self.system = SYSTEM.format(case=compact_case(self.case))
+        self.menu = menu_for(site_of(self.case))
         self.say, self.plan = meeting_schemas(site_of(self.case))
         self.case_text = "\n".join(p for p in (self.case.summary, case_words(self.case)) if p)
 
@@ -371,6 +382,6 @@ class SmallMeeting:
             replies += await self.ask(model, self.tail(said, line), "plan", max_tokens)
             plan = reply_sentences(replies[-1].parsed)
             kept = fresh_sentences(plan, ())
-            if len(kept) >= 2 and names_option(kept[0]) and conclusion_ok(" ".join(kept)):
+            if len(kept) >= 2 and names_option(kept[0]) and not lists_options(kept[0], self.menu) and conclusion_ok(" ".join(kept)):
                 return " ".join(kept), replies
         return " ".join(plan), replies

@@ -27,6 +27,11 @@ Settings that reproduce what was published:
                            went on past a round scoring 0.89 and stopped at 0.91 in round 2)
 Scores are whole numbers, as in the released code (its parser reads "9.5" as 9).
 
+A case with a conversation (HealthBench) is answered as the conversation's next assistant turn: each seat
+gets the chat itself after the answer prompt, the reviews and revisions restate it as text, and the panel's
+judge grades the consolidation with its attribution tags taken out (`response`: the reply as the user would
+read it) against the rubric (scoring/healthbench_grader.py).
+
 The review-and-revise cycle (`critique_cycle`) is shared with the OSCE history taking, which adds a
 fourth dimension (readability) and revises question lists instead of answers.
 """
@@ -46,6 +51,7 @@ from medpanel.errors import UsageError
 from medpanel.models.base import Model, Reply
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings, gather_seats, seat_labels
 from medpanel.scoring.consensus import consensus_score, dimension_agreements
+from medpanel.scoring.healthbench_grader import HEALTHBENCH_GRADER, GraderSettings
 from medpanel.scoring.metrics import PROPORTION, UNIT
 from medpanel.scoring.scorer import pure
 from medpanel.transcript import Transcript
@@ -79,8 +85,9 @@ class CritiqueSettings(Settings):
         return self
 
 
-class LongformSettings(CritiqueSettings):
-    """The long form's settings: the critique cycle's (who consolidates is the panel's moderator role)."""
+class LongformSettings(CritiqueSettings, GraderSettings):
+    """The long form's settings: the critique cycle's (who consolidates is the panel's moderator role), and
+    the rubric grader's for a HealthBench conversation."""
 
 
 # ---------------------------------------------------------------- schemas
@@ -262,6 +269,16 @@ def attribution_tag(seats: list[str]) -> str:
 _BRACKETS = re.compile(r"\[([^\[\]\n]{1,200})\](?!\()")  # not a markdown link "[text](url)"
 
 
+def without_attributions(text: str, seats: list[str]) -> str:
+    """`text` with every tag that credits a seat taken out (the same tags `attributions` counts)."""
+    def drop(match: re.Match[str]) -> str:
+        names = [n.strip() for n in match.group(1).split(",")]
+        return "" if any(n in seats for n in names) else match.group(0)
+
+    stripped = _BRACKETS.sub(drop, text)
+    return re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", stripped)).replace(" \n", "\n").strip()
+
+
 def attributions(text: str, seats: list[str]) -> tuple[dict[str, int], list[str]]:
     """How many tags credit each seat, and the names in tags that are no seat. A bracket counts as a tag
     when at least one of its comma-separated names is a seat."""
@@ -306,7 +323,21 @@ CONSOLIDATION_SYSTEM = (
 
 
 def question_task(case: Case) -> str:
+    if case.conversation:
+        return f"CONVERSATION SO FAR:\n{case.conversation_text()}\n\nThe answer is the assistant's next turn in this conversation."
     return f"QUESTION:\n{case.question}"
+
+
+def answer_messages(case: Case, system: str) -> list[dict[str, str]]:
+    """A seat's first call: the answer prompt, then the question, or the conversation as the chat it is. A
+    conversation's own system turns join the answer prompt in one system message (several system messages
+    are refused or misread by some providers), after it, so the conversation's instructions come last."""
+    if not case.conversation:
+        return [{"role": "system", "content": system}, {"role": "user", "content": question_task(case)}]
+    turns = case.conversation_messages()
+    own = [t["content"] for t in turns if t["role"] == "system" and t["content"].strip()]
+    merged = system + "".join(f"\n\nInstructions given with this conversation:\n{text}" for text in own)
+    return [{"role": "system", "content": merged}, *(t for t in turns if t["role"] != "system")]
 
 
 async def run(case: Case, panel: Panel, settings: LongformSettings, context: RunContext | None = None) -> Outcome:
@@ -319,8 +350,7 @@ async def run(case: Case, panel: Panel, settings: LongformSettings, context: Run
     labels = seat_labels(seats)
 
     answers = await gather_seats([
-        m.complete([{"role": "system", "content": ANSWER_SYSTEM.format(seat=labels[s])}, {"role": "user", "content": work.task}],
-                   temperature=settings.temperature, max_tokens=settings.tokens_for(m))
+        m.complete(answer_messages(case, ANSWER_SYSTEM.format(seat=labels[s])), temperature=settings.temperature, max_tokens=settings.tokens_for(m))
         for s, m in seats.items()], list(seats), "answering", seats)
     drafts = {}
     for seat, reply in zip(seats, answers):
@@ -332,6 +362,7 @@ async def run(case: Case, panel: Panel, settings: LongformSettings, context: Run
     if len(seats) == 1:  # nothing to consolidate: the one seat's answer is the panel's
         speaker = next(iter(seats))
         final, counts, unknown = cycle.drafts[speaker], {speaker: 0}, []
+        response = final
     else:
         names = list(labels.values())
         system = CONSOLIDATION_SYSTEM.format(names=", ".join(names), example=f"'Vestibular migraine can cause imbalance {attribution_tag(names[:2])}'")
@@ -340,12 +371,15 @@ async def run(case: Case, panel: Panel, settings: LongformSettings, context: Run
                                          temperature=settings.temperature, max_tokens=settings.tokens_for(moderator))
         final = reply.text.strip()
         by_label, unknown = attributions(final, names)
+        response = without_attributions(final, names)
         counts = {seat: by_label[label] for seat, label in labels.items()}  # credits by seat, as the transcript names them
         transcript.record("turn", reply=reply, speaker=speaker, role="moderator", phase="consolidation",
                           data={"attributions": counts, "unknown_sources": unknown})
     transcript.record("decision", final, speaker=speaker, phase="conclusion",
                       data={"consensus": cycle.scores[-1] if cycle.scores else None, "rounds": cycle.rounds, "stopped_by": cycle.stopped_by})
     return Outcome(answer=final, transcript=transcript, data={
+        **((case.metadata.get("groups") or {}) if case.conversation else {}),  # e.g. theme, for show --by
+        **({"response": response} if case.conversation else {}),  # what the rubric grader grades
         "consensus_by_round": cycle.scores,
         "rounds": cycle.rounds,
         "reached_consensus": cycle.reached,
@@ -371,6 +405,6 @@ def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
 # "consensus" here is MCC's agreement score of the last round (a share), not the multiple-choice 0/1 outcome.
 LONGFORM_METRICS = {"consensus": UNIT, "reached_consensus": PROPORTION, "seats_credited": UNIT}
 
-SPEC = ProtocolSpec(name="longform", run=run, settings=LongformSettings, scorers=(pure("longform", score, LONGFORM_METRICS),),
+SPEC = ProtocolSpec(name="longform", run=run, settings=LongformSettings, scorers=(pure("longform", score, LONGFORM_METRICS), HEALTHBENCH_GRADER),
                     min_models=1, needs=("question",), role_defaults={"moderator": "@seat"},
                     description="MCC long-form debate: open answers, scored cross-review until agreement, attributed consolidation")

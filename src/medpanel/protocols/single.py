@@ -6,6 +6,10 @@ read_choice). A small model (`model.small`, the embedded one) would often never 
 gives one line of reasoning after a compact prompt with a worked example, then the letter under a grammar
 (a schema whose only field is an enum of the option letters): its answer always parses. The turn's text is
 then 'reasoning\nAnswer: X', read the same way.
+
+A case with a conversation (HealthBench) is answered instead: the seat writes the conversation's next
+assistant turn, sent as the chat it is, with no system prompt added (as simple-evals samples it); the
+panel's judge grades it against the rubric afterwards (scoring/healthbench_grader.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from medpanel.context import RunContext, quiet
 from medpanel.models.base import Model, Reply, Usage
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings
 from medpanel.scoring.exact import exact_match, read_choice
+from medpanel.scoring.healthbench_grader import HEALTHBENCH_GRADER, GraderSettings
 from medpanel.scoring.metrics import PROPORTION
 from medpanel.scoring.scorer import pure
 
@@ -41,7 +46,7 @@ SMALL_LETTER = "Now the letter of the single best option."
 ANSWER_BUDGET = (512, 2048)
 
 
-class SingleSettings(Settings):
+class SingleSettings(Settings, GraderSettings):
     budgets: ClassVar[dict[str, tuple[int, int]]] = {"max_tokens": ANSWER_BUDGET}
 
     temperature: float = 0.0
@@ -88,6 +93,8 @@ async def answer(model: Model, messages: list[dict[str, str]], case: Case, **opt
 
 async def run(case: Case, panel: Panel, settings: SingleSettings, context: RunContext | None = None) -> Outcome:
     context = quiet(context)
+    if case.conversation:
+        return await reply_to_conversation(case, panel, settings, context)
     case.require("question", "options", protocol="single")
     seat, model = panel.first()
     reply = await answer(model, answer_messages(case, model.small), case, temperature=settings.temperature,
@@ -99,10 +106,24 @@ async def run(case: Case, panel: Panel, settings: SingleSettings, context: RunCo
     return Outcome(answer=read.choice, transcript=transcript, data={"parsed": read.parsed, "answer_status": read.status})
 
 
+async def reply_to_conversation(case: Case, panel: Panel, settings: SingleSettings, context: RunContext) -> Outcome:
+    """The first seat's next turn in the case's conversation (see the module docstring)."""
+    seat, model = panel.first()
+    reply = await model.complete(case.conversation_messages(), temperature=settings.temperature, max_tokens=settings.tokens_for(model))
+    transcript = context.transcript()
+    transcript.record("turn", reply=reply, speaker=seat, role="answerer", phase="answer")
+    answer = reply.text.strip()
+    transcript.record("decision", answer, speaker=seat)
+    return Outcome(answer=answer, transcript=transcript, data=dict(case.metadata.get("groups") or {}))  # e.g. theme, for show --by
+
+
 def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
+    if case.conversation:  # graded by the rubric grader, not by a letter
+        return {}
     return {"accuracy": exact_match(outcome.answer, case.reference.answer), "parsed": 1.0 if outcome.answer else 0.0}
 
 
 SPEC = ProtocolSpec(name="single", run=run, settings=SingleSettings,
-                    scorers=(pure("single", score, {"accuracy": PROPORTION, "parsed": PROPORTION}),),
-                    needs=("question", "options"), description="one model answers a multiple-choice question")
+                    scorers=(pure("single", score, {"accuracy": PROPORTION, "parsed": PROPORTION}), HEALTHBENCH_GRADER),
+                    needs=("question", "options|conversation"),
+                    description="one model answers a multiple-choice question, or the last turn of a conversation (HealthBench)")

@@ -33,8 +33,9 @@ async def judge_stored_run(store: Any, run_id: str, judge: Model, *, settings_up
                            on_item: Callable[[dict], None] | None = None, context: RunContext | None = None,
                            cases: list | None = None) -> list[dict]:
     """Judge every finished item of a stored run with `judge`; `settings_update` overrides the run's judge
-    settings (judge_mode, judge_prompt_files, judge_max_tokens); `cases` stand in for the run's dataset (a run
-    of cases built in memory). Returns one row per item, sorted."""
+    settings (judge_mode, judge_prompt_files, judge_max_tokens, grader_max_tokens); `cases` stand in for the
+    run's dataset (a run of cases built in memory). Returns one row per item, sorted. A run none of whose
+    items a judging scorer applies to (a multiple-choice `single` run) is refused, before anything is recorded."""
     run = store.get_run(run_id)
     if run is None:
         raise UsageError(f"No run '{run_id}' in {store.path}.", "List runs with `medpanel runs`.")
@@ -45,7 +46,8 @@ async def judge_stored_run(store: Any, run_id: str, judge: Model, *, settings_up
                          f"Judge a run of one of: {', '.join(judged_protocols())}.")
     settings = build_settings(spec.settings, {**config.settings, **(settings_update or {})}, spec.name)
     roles = {"judge": judge}
-    scorers = [s.name for s in scorers_to_run(spec, roles, settings, only=["judge"])]
+    judging = scorers_to_run(spec, roles, settings, only=["judge"])
+    scorers = [s.name for s in judging]
     context = quiet(context)
     cases = {c.id: c for c in expand_items(spec, cases if cases is not None else load_dataset(config.dataset, config.limit))}
     items = [i for i in store.items(run_id) if i["status"] == "done"]
@@ -53,6 +55,10 @@ async def judge_stored_run(store: Any, run_id: str, judge: Model, *, settings_up
     if lost:
         raise UsageError(f"The run's dataset '{config.dataset}' no longer holds item(s) {', '.join(lost[:5])}.",
                          "Run the command from the folder the run was started in, with the same dataset files.")
+    if items and not any(s.applies(cases[i["item_id"]]) for i in items for s in judging):
+        raise UsageError(f"Run {run_id} is a '{spec.name}' run of cases which no judge scores: its judge grades only "
+                         f"{', '.join(s.covers for s in judging)}.",
+                         f"Judge a run of such cases, or a run of one of: {', '.join(judged_protocols())}.")
     rows: list[dict] = []
     if items:
         store.set_run_role(run_id, "judge", judge.id)  # `show` and the report name the judge that scored it

@@ -73,21 +73,38 @@ def load_runs(store: Store, refs: list[str]) -> list[RunData]:
 # ---------------------------------------------------------------- one run
 
 
-def score_report(by_key: dict[tuple[str, int], float], kind: MetricKind, confidence: float) -> dict:
+def score_report(by_key: dict[tuple[str, int], float], kind: MetricKind, confidence: float, seed: int = 0) -> dict:
     """A score's intervals as its declared kind says (stats.metric_interval), over items and repeats."""
     values = list(by_key.values())
     by_repeat: dict[int, list[float]] = defaultdict(list)
     for (_, repeat), value in sorted(by_key.items()):
         by_repeat[repeat].append(value)
-    overall = stats.metric_interval(values, kind, confidence).to_dict()
+    overall = stats.metric_interval(values, kind, confidence, seed).to_dict()
     out = {"kind": kind.describe(), "overall": overall, "per_repeat": [], "across_repeats": None}
     if len(by_repeat) > 1:
         overall["note"] = (overall["note"] + "; " if overall["note"] else "") + \
             "pools every item x repeat as if independent: quote across_repeats"
-        out["per_repeat"] = [{"repeat": r, **stats.metric_interval(v, kind, confidence).to_dict()} for r, v in sorted(by_repeat.items())]
-        means = [float(np.mean(v)) for _, v in sorted(by_repeat.items())]
-        out["across_repeats"] = stats.bounded_t_interval(means, kind, confidence).to_dict()
+        out["per_repeat"] = [{"repeat": r, **stats.metric_interval(v, kind, confidence, seed).to_dict()} for r, v in sorted(by_repeat.items())]
+        out["across_repeats"] = across_repeats(by_key, by_repeat, kind, confidence, seed)
     return out
+
+
+def across_repeats(by_key: dict[tuple[str, int], float], by_repeat: dict[int, list[float]], kind: MetricKind, confidence: float,
+                   seed: int) -> dict:
+    """The interval to quote for a run with repeats. A clipped mean (HealthBench) is simple-evals' number, the
+    clipped mean over every item x repeat, with a bootstrap that resamples items with their repeats together:
+    a t over per-repeat raw means would leave [0, 1] (a mean below 0 is what the clip is for). Every other
+    kind: Student t over the per-repeat means, clipped to the kind's range."""
+    if kind.clip is not None:
+        keys = sorted(by_key)
+        interval = stats.clipped_mean_bootstrap([by_key[k] for k in keys], kind.clip, kind.resamples, seed, confidence,
+                                                clusters=[item for item, _ in keys])
+        out = interval.to_dict()
+        out["note"] = "; ".join(n for n in (out["note"], "simple-evals' number: one clipped mean over every item x repeat, "
+                                            "items resampled with their repeats") if n)
+        return out
+    means = [float(np.mean(v)) for _, v in sorted(by_repeat.items())]
+    return stats.bounded_t_interval(means, kind, confidence).to_dict()
 
 
 def headline(score: dict) -> dict:
@@ -95,7 +112,7 @@ def headline(score: dict) -> dict:
     return score["across_repeats"] or score["overall"]
 
 
-def run_report(data: RunData, confidence: float) -> dict:
+def run_report(data: RunData, confidence: float, seed: int = 0) -> dict:
     items = data.items
     done = [i for i in items if i["status"] == "done"]
     failed = [i for i in items if i["status"] == "failed"]
@@ -130,7 +147,7 @@ def run_report(data: RunData, confidence: float) -> dict:
             "items": [{"item": i["item_id"], "repeat": i["repeat"], "kind": i["error_kind"] or "error",
                        "error": (i["error"] or "").partition("\n")[0]} for i in failed],
         },
-        "scores": {name: score_report(by_key, declared_kind(name, data.run["protocol"]), confidence)
+        "scores": {name: score_report(by_key, declared_kind(name, data.run["protocol"]), confidence, seed)
                    for name, by_key in sorted(data.scores.items())},
         "tokens": {"input_total": sum(i["input_tokens"] or 0 for i in items), "output_total": sum(i["output_tokens"] or 0 for i in items),
                    "input_per_item": per_item(sum(i["input_tokens"] or 0 for i in done)),
@@ -189,7 +206,14 @@ def compare_pair(a: RunData, b: RunData, name: str, *, confidence: float, seed: 
             tests.append(stats.TestResult(across.statistic, across.p_value, "paired t-test across repeats (matched by repeat index)",
                                           across.n, across.note, across.details))
     result["tests"] = [t.to_dict() for t in tests]
+    if kind.clip is not None:
+        result["note"] = CLIPPED_COMPARISON
     return result
+
+
+# A paired test needs per-item differences, and HealthBench clips only the run's mean, never an item's score.
+CLIPPED_COMPARISON = ("compared on the unclipped per-item scores: A − B is the difference of unclipped means, which can differ from "
+                      "the difference of the clipped scores reported for each run (where a run's mean falls outside the clip)")
 
 
 def friedman_block(runs: list[RunData], name: str) -> dict:
@@ -230,6 +254,10 @@ def comparisons(runs: list[RunData], *, confidence: float, seed: int, resamples:
         if len(group) >= 3:
             for name in sorted(set.intersection(*(set(r.scores) for r in group))):
                 friedman.append(friedman_block(group, name))
+    clipped = sorted({p["score"] for p in pairs if p.get("note") == CLIPPED_COMPARISON})
+    if clipped:  # said once, not once per HealthBench tag score
+        shown = ", ".join(clipped[:3]) + (f" and {len(clipped) - 3} more" if len(clipped) > 3 else "")
+        notes.append(f"{shown} (clipped means) are {CLIPPED_COMPARISON}.")
     return pairs, friedman, notes
 
 
@@ -255,7 +283,7 @@ def build_report(store: Store, refs: list[str], *, score: str | None = None, con
         "seed": seed,
         "resamples": resamples,
         "plot_score": pick_score(runs, score),
-        "runs": [run_report(r, confidence) for r in runs],
+        "runs": [run_report(r, confidence, seed) for r in runs],
         "comparisons": pairs,
         "friedman": friedman,
         "notes": notes,

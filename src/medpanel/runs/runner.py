@@ -129,13 +129,14 @@ def protocol_settings(spec: ProtocolSpec, values: dict[str, Any]) -> BaseModel:
 
 def check_needs(spec: ProtocolSpec, cases: list[Case]) -> None:
     """Refuse, before any call, a dataset whose items lack the fields the protocol reads."""
-    lacking = [(case.id, [f for f in spec.needs if not getattr(case, f)]) for case in cases]
+    lacking = [(case.id, case.missing(*spec.needs)) for case in cases]  # "a|b": either will do
     lacking = [(case_id, missing) for case_id, missing in lacking if missing]
     if lacking:
         shown = "; ".join(f"{case_id}: no {', '.join(missing)}" for case_id, missing in lacking[:5])
         more = f" (and {len(lacking) - 5} more)" if len(lacking) > 5 else ""
         raise UsageError(f"{len(lacking)} of {len(cases)} items cannot run the {spec.name} protocol: {shown}{more}.",
-                         f"The {spec.name} protocol needs {', '.join(spec.needs)} on every case; pick a dataset or protocol that fit.")
+                         f"The {spec.name} protocol needs {', '.join(n.replace('|', ' or ') for n in spec.needs)} on every case; "
+                         "pick a dataset or protocol that fit.")
 
 
 def expand_items(spec: ProtocolSpec, cases: list[Case]) -> list[Case]:

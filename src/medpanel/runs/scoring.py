@@ -8,11 +8,13 @@ stored events, so an item judged during the run and one judged afterwards are st
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterable, Mapping
 
 from medpanel.cases.model import Case
 from medpanel.context import RunContext
 from medpanel.models.base import Model
+from medpanel.models.runtime import call_scope
 from medpanel.protocols.base import Outcome, ProtocolSpec
 from medpanel.scoring.metrics import MetricKind, metric_kind
 from medpanel.scoring.scorer import ScoreContext, Scorer, Scores
@@ -41,7 +43,10 @@ async def score_outcome(spec: ProtocolSpec, case: Case, outcome: Outcome, roles:
     outcome's own). Two scorers giving one score name is a bug in the protocol's declaration: refused."""
     record_in = transcript if transcript is not None else outcome.transcript
     scores: Scores = {}
+    warn_unjudged(spec, case, roles, context)
     for scorer in scorers_to_run(spec, roles, settings, only):
+        if not scorer.applies(case):
+            continue
         before = len(record_in.events)
         values = await scorer.score(case, outcome, ScoreContext(settings=settings, roles=roles, run=context, transcript=record_in))
         for event in record_in.events[before:]:  # which scorer said it: judging again replaces exactly these
@@ -51,6 +56,19 @@ async def score_outcome(spec: ProtocolSpec, case: Case, outcome: Outcome, roles:
             raise RuntimeError(f"scorer '{scorer.name}' of the {spec.name} protocol repeats score(s) {', '.join(clash)}")
         scores.update(values)
     return scores
+
+
+def warn_unjudged(spec: ProtocolSpec, case: Case, roles: Mapping[str, Model], context: RunContext | None) -> None:
+    """On stderr, once per run (per context): a scorer that applies to this case cannot run because its role
+    is not on the panel, and says so (`Scorer.unjudged`): the run would otherwise end quietly without that score."""
+    for scorer in spec.scorers:
+        if not scorer.unjudged or scorer.role is None or scorer.role in roles or not scorer.applies(case):
+            continue
+        said = context.shared("unjudged_warned", set) if context is not None else set()
+        if scorer.name not in said:
+            said.add(scorer.name)
+            run_id = (call_scope.get() or ("RUN",))[0]
+            print(f"warning: {scorer.unjudged.format(run=run_id)}", file=sys.stderr, flush=True)
 
 
 def declared_kind(name: str, protocol: str | None) -> MetricKind:

@@ -207,16 +207,63 @@ def bootstrap_interval(
     return Interval(estimate, float(result.confidence_interval.low), float(result.confidence_interval.high), method, n, confidence)
 
 
-def metric_interval(values: Sequence[float], kind: MetricKind, confidence: float = DEFAULT_CONFIDENCE) -> Interval:
+def clipped_mean_bootstrap(values: Sequence[float], clip: tuple[float, float], resamples: int = 10_000, seed: int = 0,
+                           confidence: float = DEFAULT_CONFIDENCE, clusters: Sequence[Hashable] | None = None) -> Interval:
+    """The mean clipped to `clip`, with a seeded percentile bootstrap of that clipped mean: HealthBench's
+    score. The estimate is always the clipped mean of every value (simple-evals' number, repeats included).
+
+    `clusters` (one label per value, e.g. the example id of each example x repeat) makes the bootstrap
+    resample whole clusters, so an example's repeats stay together and are not counted as independent
+    evidence; each resample's statistic is the clipped mean of all the values it drew. Resamples are drawn
+    in blocks (numpy Generator seeded with `seed`) of at most ~2 million indices. The note gives the
+    bootstrap standard deviation (population, of the clipped means), the spread simple-evals reports."""
+    _check_confidence(confidence)
+    if resamples < 1:
+        raise UsageError(f"resamples={resamples} is not positive.", "Use e.g. 10000 resamples.")
+    x = _values(values)
+    lo, hi = clip
+    if clusters is None:
+        sums, counts, what = x, None, f"{resamples} resamples"
+    else:
+        labels = list(clusters)
+        if len(labels) != len(x):
+            raise UsageError(f"{len(labels)} cluster labels for {len(x)} values.", "Give one cluster label (e.g. the example id) per value.")
+        index = {g: k for k, g in enumerate(dict.fromkeys(labels))}  # first-seen order: no dependence on hashing
+        at = np.fromiter((index[g] for g in labels), dtype=np.int64, count=len(labels))
+        sums, counts = np.bincount(at, weights=x, minlength=len(index)), np.bincount(at, minlength=len(index)).astype(float)
+        what = f"{resamples} resamples of {len(index)} clusters with their values together"
+    method = f"bootstrap percentile of the clipped mean ({what}, seed {seed})"
+    n, k = len(x), len(sums)
+    if n == 0:
+        return Interval(None, None, None, method, 0, confidence, "no values")
+    estimate = float(np.clip(np.mean(x), lo, hi))
+    if k == 1:
+        return Interval(estimate, None, None, method, n, confidence, "one value: resampling cannot show any spread" if n == 1
+                        else "one cluster: resampling clusters cannot show any spread")
+    rng, drawn = np.random.default_rng(seed), np.empty(resamples)
+    block = max(1, 2_000_000 // k)
+    for start in range(0, resamples, block):
+        picks = rng.integers(0, k, size=(min(block, resamples - start), k))
+        total = np.take(sums, picks).sum(axis=1)  # np.take: faster than fancy indexing on this shape
+        drawn[start:start + len(picks)] = total / (k if counts is None else np.take(counts, picks).sum(axis=1))
+    np.clip(drawn, lo, hi, out=drawn)
+    low, high = np.quantile(drawn, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return Interval(estimate, float(low), float(high), method, n, confidence, f"bootstrap std {float(np.std(drawn)):.4f}")
+
+
+def metric_interval(values: Sequence[float], kind: MetricKind, confidence: float = DEFAULT_CONFIDENCE, seed: int = 0) -> Interval:
     """A score's mean with the interval its declared kind calls for: the one function behind `show`,
     `report` and `judge run` (docs/statistics.md, "Which interval").
 
-    proportion: Wilson on the 0/1 outcomes. count and mean: Student t. scale [lo, hi]: Student t
+    proportion: Wilson on the 0/1 outcomes. A clipped mean: the bootstrap above, `kind.resamples` draws
+    seeded with `seed` (the only kind that draws at random). count and mean: Student t. scale [lo, hi]: Student t
     clipped to the range (a mean of 1-5 scores cannot pass 5). The values never choose the kind; where
     they contradict it (a proportion with a 0.5, a scale value out of range) the note says so and the
     interval is the plain Student t, unclipped, so the mismatch shows instead of being hidden.
     """
     x = _values(values)
+    if kind.clip is not None:
+        return clipped_mean_bootstrap(x, kind.clip, resamples=kind.resamples, seed=seed, confidence=confidence)
     if kind.kind == "proportion":
         if np.isin(x, (0.0, 1.0)).all():
             return wilson(int(x.sum()), len(x), confidence)
@@ -405,6 +452,8 @@ def permutation_test_clustered(
               else f"clustered sign-flip permutation test ({resamples} random sign patterns, seed {seed})")
     if np.all(sums_a == sums_b):
         return TestResult(0.0, 1.0, method, n, "every cluster's differences sum to zero", details)
+    if k == 1:  # scipy refuses one observation; its two sign patterns are T and -T, so p = 1 exactly
+        return TestResult(float(d.mean()), 1.0, method, n, "one cluster: its two sign patterns cannot tell the systems apart", details)
 
     def mean_difference(x_sums, y_sums, axis=-1):
         return np.sum(x_sums - y_sums, axis=axis) / n

@@ -23,18 +23,26 @@ Kind = Literal["proportion", "count", "scale", "mean"]
 @dataclass(frozen=True)
 class MetricKind:
     """proportion: a 0/1 outcome per item (Wilson); count: a whole number of things (Student t);
-    scale: a bounded score in [lo, hi] (Student t clipped to the range); mean: unbounded (Student t)."""
+    scale: a bounded score in [lo, hi] (Student t clipped to the range); mean: unbounded (Student t).
+    `clip` (a mean only): the reported mean is clipped to this range and its interval is a seeded bootstrap
+    of the clipped mean, `resamples` draws (HealthBench's score, whose per-item values fall below 0)."""
 
     kind: Kind
     lo: float | None = None
     hi: float | None = None
     declared: bool = True
+    clip: tuple[float, float] | None = None
+    resamples: int = 10_000
 
     def __post_init__(self) -> None:
         if (self.kind == "scale") != (self.lo is not None and self.hi is not None):
             raise ValueError("a scale needs lo and hi, and only a scale has them")
         if self.kind == "scale" and not self.lo < self.hi:
             raise ValueError(f"scale range [{self.lo}, {self.hi}] is empty")
+        if self.clip is not None and (self.kind != "mean" or not self.clip[0] < self.clip[1]):
+            raise ValueError("only a mean is clipped, to a non-empty range")
+        if self.resamples < 1:
+            raise ValueError("a bootstrap needs at least one resample")
 
     @property
     def bounds(self) -> tuple[float, float] | None:
@@ -46,6 +54,8 @@ class MetricKind:
         return None
 
     def describe(self) -> str:
+        if self.clip is not None:
+            return f"mean clipped to {self.clip[0]:g}-{self.clip[1]:g}"
         if self.kind == "scale":
             return f"scale {self.lo:g}-{self.hi:g}"
         return self.kind if self.declared else "undeclared (mean)"
@@ -62,6 +72,12 @@ def scale(lo: float, hi: float) -> MetricKind:
 
 
 UNIT = scale(0, 1)  # a per-item share or similarity: precision, ROUGE-L, PICR (not a 0/1 outcome)
+# HealthBench (scoring/healthbench.py): an example's score is at most 1 and below 0 when met penalties outweigh;
+# the score reported is the mean clipped to [0, 1], as HealthBench reports it, with a bootstrap interval.
+HEALTHBENCH_SCORE = MetricKind("mean", clip=(0.0, 1.0))
+# Its ~70 tag scores (theme:..., axis:..., cluster:...) draw 1,000 resamples, as simple-evals' bootstrap does
+# for every score: `show` on the 5,000-conversation file stays fast; the headline keeps 10,000 (docs/healthbench.md).
+HEALTHBENCH_TAG_SCORE = MetricKind("mean", clip=(0.0, 1.0), resamples=1_000)
 
 METRICS: dict[str, MetricKind] = {
     # multiple choice: single, vote, self-consistency, debate
@@ -86,6 +102,8 @@ METRICS: dict[str, MetricKind] = {
     "picr": UNIT, "prqr": UNIT, "sda": UNIT, "pda": PROPORTION, "diagnosis_consensus": PROPORTION,
     # long form
     "reached_consensus": PROPORTION, "seats_credited": UNIT,
+    # HealthBench rubric grading; its tags' scores are the `healthbench.*` family
+    "healthbench": HEALTHBENCH_SCORE,
 }
 
 # Families, tried in order after the exact names.
@@ -94,6 +112,7 @@ PATTERNS: list[tuple[str, MetricKind]] = [
     ("initial_accuracy.*", PROPORTION),  # one per seat
     ("initial_*", PROPORTION),  # MCC replay (replay/mcc.py): initial_SEAT, that seat's first answer right
     ("code_*", UNIT), ("category_*", UNIT), ("chapter_*", UNIT),  # ICD-10 precision/recall/f1/jaccard
+    ("healthbench.*", HEALTHBENCH_TAG_SCORE),  # by example tag (theme:...) and rubric tag (axis:..., level:cluster)
 ]
 
 # Where a protocol uses a name for a different kind of number than the default.

@@ -46,13 +46,20 @@ class ScoreContext:
 @dataclass(frozen=True)
 class Scorer:
     """One scorer. `score` is async so judging and pure scorers share one path; `role` names the panel
-    role it calls (None: pure); `wanted(settings)` says whether this run asked for it (BERTScore is opt-in)."""
+    role it calls (None: pure); `wanted(settings)` says whether this run asked for it (BERTScore is opt-in);
+    `applies(case)` whether it scores that case at all (HealthBench's grader: only a case with a rubric), and
+    `covers` says which cases in words, for the refusal of `judge run` on a run where it applies to none.
+    `unjudged` is the warning the runner gives once per run when the scorer applies but its role is not on
+    the panel ("" for none: a run may be judged afterwards on purpose)."""
 
     name: str
     score: Callable[["Case", Any, ScoreContext], Awaitable[Scores]]
     metrics: Mapping[str, MetricKind]
     role: str | None = None
     wanted: Callable[[Any], bool] = lambda settings: True
+    applies: Callable[["Case"], bool] = lambda case: True
+    covers: str = "every case"
+    unjudged: str = ""
 
     def declares(self, name: str) -> MetricKind | None:
         """The kind this scorer declares for score `name` (exact names, then `prefix*` families)."""
