@@ -90,3 +90,16 @@ def test_an_exact_run_id_wins_over_longer_ids_that_start_with_it(store):
     assert store.resolve_run_id("always-b-") == "always-b-v2"
     with pytest.raises(UsageError, match="No run matches"):
         store.resolve_run_id("a%")  # '%' is no wildcard
+
+
+def test_request_schemas_are_the_distinct_schemas_a_run_or_item_was_sent(store):
+    q, a = {"title": "Question", "type": "object"}, {"title": "Answer", "type": "object"}
+    calls = [("k1", q, ("r1", "i1", 0)), ("k2", a, ("r1", "i2", 0)), ("k3", q, ("r1", "i2", 0)), ("k4", None, ("r1", "i1", 0)),
+             ("k5", a, ("r2", "i1", 0))]
+    for key, schema, scope in calls:
+        store.put_call(key, {"model": "m", "request": {"schema": schema}}, scope)
+    store.log_call("k1", "m", True, ("r2", "i1", 0))  # served from the cache to another run: logged there too
+    assert store.request_schemas("r1") == [q, a]  # first seen first, each once, calls without a schema skipped
+    assert store.request_schemas("r1", "i1") == [q] and store.request_schemas("r1", "i2") == [a, q]
+    assert store.request_schemas("r2") == [a, q] and store.request_schemas() == [q, a]
+    assert store.request_schemas("none") == []

@@ -36,7 +36,7 @@ from medpanel.models.base import Model, Reply
 from medpanel.errors import StructuredOutputError
 from medpanel.models.messages import Message
 from medpanel.models.structured import extract_json
-from medpanel.scoring.form_checks import MOSTLY, conclusion_ok, recites_case, repeated_phrase, words
+from medpanel.scoring.form_checks import MOSTLY, conclusion_ok, loops, recites_case, repeated_phrase, words
 from medpanel.scoring.sentences import sentence_spans
 
 MODERATOR = "Moderator"
@@ -282,8 +282,7 @@ def loops_on_words(sentence: str) -> bool:
     """A small model stuck on a phrase: a sentence that says a word pair twice ("radical prostatectomy,
     radical prostatectomy", "please, please, please"), or of 8 words or more with under half of them distinct."""
     tokens = words(sentence)
-    pairs = list(zip(tokens, tokens[1:]))
-    return len(set(pairs)) < len(pairs) or (len(tokens) >= 8 and len(set(tokens)) < len(tokens) / 2)
+    return loops(sentence, 2) or (len(tokens) >= 8 and len(set(tokens)) < len(tokens) / 2)
 
 
 def echoes_question(sentence: str, question: str, role: str) -> bool:
@@ -337,8 +336,9 @@ class SmallMeeting:
 
     def __post_init__(self) -> None:
         self.system = SYSTEM.format(case=compact_case(self.case))
-        self.menu = menu_for(site_of(self.case))
-        self.say, self.plan = meeting_schemas(site_of(self.case))
+        site = site_of(self.case)
+        self.menu = menu_for(site)
+        self.say, self.plan = meeting_schemas(site)
         self.case_text = "\n".join(p for p in (self.case.summary, case_words(self.case)) if p)
 
     def tail(self, said: Sequence[tuple[str, str]], line: str) -> str:

@@ -41,7 +41,7 @@ from medpanel.cases.model import Case
 from medpanel.errors import StructuredOutputError, UsageError
 from medpanel.models.base import Model, Reply
 from medpanel.protocols.single import joined
-from medpanel.scoring.form_checks import repeats_earlier, words
+from medpanel.scoring.form_checks import loops, repeats_earlier, words
 from medpanel.scoring.icd10 import CodeTable, code_table
 from medpanel.scoring.sentences import first_sentences, sentence_spans
 
@@ -161,8 +161,7 @@ def diagnosis_flaw(diagnosis: str) -> str | None:
     """What is wrong with a named diagnosis' form, or None: it says two words twice ("Renal failure, Renal
     failure"), or it stops on a word that leads on ("... with")."""
     tokens = words(diagnosis)
-    pairs = list(zip(tokens, tokens[1:]))
-    if len(set(pairs)) < len(pairs) or (len(tokens) == 2 and tokens[0] == tokens[1]):
+    if loops(diagnosis, 2) or (len(tokens) == 2 and tokens[0] == tokens[1]):
         return "says the same words twice"
     if tokens and tokens[-1] in DANGLING:
         return f"stops on '{tokens[-1]}'"

@@ -232,11 +232,14 @@ class Store:
 
     def request_schemas(self, run_id: str | None = None, item_id: str | None = None) -> list[dict]:
         """The distinct reply schemas the logged calls were sent (of a run, of one of its items), first seen first."""
+        sql, args = "SELECT c.record FROM call_log l JOIN calls c ON c.key = l.key WHERE 1 = 1", ()
+        if run_id is not None:
+            sql, args = sql + " AND l.run_id = ?", (run_id,)
+        if item_id is not None:
+            sql, args = sql + " AND l.item_id = ?", args + (item_id,)
         schemas: dict[str, dict] = {}
-        for row in self.call_log(run_id):
-            if item_id is not None and row["item_id"] != item_id:
-                continue
-            schema = ((self.get_call(row["key"]) or {}).get("request") or {}).get("schema")
+        for row in self._query(sql + " ORDER BY l.id", args):  # one query, not one per logged call
+            schema = (json.loads(row["record"]).get("request") or {}).get("schema")
             if schema:
                 schemas.setdefault(json.dumps(schema, sort_keys=True), schema)
         return list(schemas.values())
