@@ -322,6 +322,11 @@ def test_a_sentence_saying_a_word_pair_twice_loops(sentence, loops):
     assert board_small.loops_on_words(sentence) is loops
 
 
+def test_a_sentence_that_stops_mid_phrase_is_dropped():
+    said = ["The biopsy shows Grade Group 2 in three cores.", "The patient is now on a regimen, and the next step is."]
+    assert board_small.fresh_sentences(said, []) == said[:1]
+
+
 @pytest.mark.parametrize(("sentence", "echo"), [
     ("Pathologist, what do the pathology findings suggest about the cancer.", True),
     ("The Pathologist. The cores show Grade Group 2.", True),
@@ -417,3 +422,17 @@ async def test_a_plan_that_copies_the_menu_is_asked_again():
 
     outcome = await get_protocol("board").run(case, Panel.of([ScriptedModel(responder=respond, runtime=Runtime(), small=True)]), BoardSettings())
     assert outcome.answer == chosen
+
+
+async def test_when_both_plans_fail_the_one_meeting_more_checks_is_kept():
+    case = load_case(ROOT / "examples" / "prostate")
+    listed = "The board recommends active surveillance, radical prostatectomy, brachytherapy and surgery. He is seen in a month."
+    dangling = "The board recommends active surveillance, radical prostatectomy, brachytherapy and surgery. He is then on the."
+    plans = iter([{"plan": listed}, {"plan": dangling}])
+
+    def respond(request):
+        role = asked_role(request)
+        return next(plans) if role is None else {"answer": [own_sentence(role)]}
+
+    outcome = await get_protocol("board").run(case, Panel.of([ScriptedModel(responder=respond, runtime=Runtime(), small=True)]), BoardSettings())
+    assert outcome.answer == listed  # lists the menu; the second also stops mid-phrase, so it meets fewer checks

@@ -6,7 +6,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from medpanel.scoring.form_checks import (board_checks, conclusion_ok, consult_checks, contains_schema_text, loops, recites_case,
-                                          repeated_phrase, repeats_earlier, schema_parts, sentence_count, spoken_text, words)
+                                          repeated_phrase, repeats_earlier, schema_parts, sentence_count, spoken_text, stops_mid_phrase, words)
 
 EARLIER = "The CT shows a spiculated mass in the right upper lobe with no nodal disease."
 
@@ -246,3 +246,11 @@ def test_a_consult_leaking_schema_text_fails():
 ])
 def test_what_a_reply_says_is_its_json_values_or_its_text(text, said):
     assert spoken_text(text) == said
+
+
+@pytest.mark.parametrize(("text", "stop"), [
+    ("The patient is now on radiotherapy, and the next step is.", "is"), ("Benign testicular mass, diagnosis of", "of"),
+    ("The board recommends surgery.", None), ("", None),
+])
+def test_a_sentence_that_stops_on_a_word_that_leads_on_stops_mid_phrase(text, stop):
+    assert stops_mid_phrase(text) == stop

@@ -12,8 +12,8 @@ and the conclusion. So code holds the form and the model writes each turn's word
   that specialty;
 - each turn: one or two sentences of at most 140 characters, under a schema pattern the grammar
   enforces; a sentence that repeats an 8-word run of an earlier turn, restates the turn's own first
-  sentence, loops on a few words (a word pair twice), gives the moderator's question back or mostly
-  copies the case is dropped, and a turn left with nothing is asked up to two other questions (then
+  sentence, loops on a few words (a word pair twice), stops mid-phrase ("... the next step is."), gives
+  the moderator's question back or mostly copies the case is dropped, and a turn left with nothing is asked up to two other questions (then
   left out);
 - the plan: two sentences of counted words, the first "The board recommends OPTION ...", the option
   from a short menu for the case's site (MENUS, plus options any board may take), the second opening
@@ -36,7 +36,7 @@ from medpanel.models.base import Model, Reply
 from medpanel.errors import StructuredOutputError
 from medpanel.models.messages import Message
 from medpanel.models.structured import extract_json
-from medpanel.scoring.form_checks import MOSTLY, conclusion_ok, loops, recites_case, repeated_phrase, words
+from medpanel.scoring.form_checks import MOSTLY, conclusion_ok, loops, recites_case, repeated_phrase, stops_mid_phrase, words
 from medpanel.scoring.sentences import sentence_spans
 
 MODERATOR = "Moderator"
@@ -303,7 +303,7 @@ def fresh_sentences(said: Sequence[str], earlier: Sequence[str], case_text: str 
     kept: list[str] = []
     for sentence in said:
         restates = any(words(sentence) == words(k) for k in kept) or repeated_phrase(sentence, kept, RESTATE_WORDS) is not None
-        if restates or loops_on_words(sentence) or repeated_phrase(sentence, earlier) is not None:
+        if restates or loops_on_words(sentence) or stops_mid_phrase(sentence) or repeated_phrase(sentence, earlier) is not None:
             continue
         if role and echoes_question(sentence, question, role):
             continue
@@ -376,12 +376,18 @@ class SmallMeeting:
 
     async def conclude(self, model: Model, said: Sequence[tuple[str, str]], max_tokens: int) -> tuple[str, list[Reply]]:
         """The board's plan: (its text, the replies it took). Asked once more, for the next step too, when
-        its recommendation names no management option or its second sentence only restates it."""
+        its recommendation names no management option or lists the menu, or a sentence of it is dropped (see
+        fresh_sentences). When neither attempt holds, the one that meets more of those checks is the plan."""
         replies: list[Reply] = []
+        best: tuple[int, str] = (-1, "")
         for line in CLOSING:
             replies += await self.ask(model, self.tail(said, line), "plan", max_tokens)
             plan = reply_sentences(replies[-1].parsed)
             kept = fresh_sentences(plan, ())
-            if len(kept) >= 2 and names_option(kept[0]) and not lists_options(kept[0], self.menu) and conclusion_ok(" ".join(kept)):
-                return " ".join(kept), replies
-        return " ".join(plan), replies
+            text = " ".join(kept if len(kept) >= 2 else plan)
+            met = [len(kept) >= 2, bool(kept) and names_option(kept[0]), not lists_options(text, self.menu), conclusion_ok(text)]
+            if all(met):
+                return text, replies
+            if sum(met) > best[0]:  # the first attempt wins a tie
+                best = (sum(met), text)
+        return best[1], replies

@@ -41,7 +41,7 @@ from medpanel.cases.model import Case
 from medpanel.errors import StructuredOutputError, UsageError
 from medpanel.models.base import Model, Reply
 from medpanel.protocols.single import joined
-from medpanel.scoring.form_checks import loops, repeats_earlier, words
+from medpanel.scoring.form_checks import loops, repeats_earlier, stops_mid_phrase, words
 from medpanel.scoring.icd10 import CodeTable, code_table
 from medpanel.scoring.sentences import first_sentences, sentence_spans
 
@@ -153,19 +153,14 @@ class Diagnosis(BaseModel):
     diagnosis: str = Field(min_length=1, max_length=120, json_schema_extra={"pattern": DIAGNOSIS_PATTERN})
 
 
-# Words a diagnosis does not end on: a small model stopped by the word bound mid-phrase ("... diagnosis of").
-DANGLING = frozenset("a an and or of with without in on at to for from by the its his her their diagnosis patient".split())
-
-
 def diagnosis_flaw(diagnosis: str) -> str | None:
     """What is wrong with a named diagnosis' form, or None: it says two words twice ("Renal failure, Renal
     failure"), or it stops on a word that leads on ("... with")."""
     tokens = words(diagnosis)
     if loops(diagnosis, 2) or (len(tokens) == 2 and tokens[0] == tokens[1]):
         return "says the same words twice"
-    if tokens and tokens[-1] in DANGLING:
-        return f"stops on '{tokens[-1]}'"
-    return None
+    stop = stops_mid_phrase(diagnosis)
+    return None if stop is None else f"stops on '{stop}'"
 
 
 def named_diagnosis(text: str) -> str | None:

@@ -65,6 +65,17 @@ def loops(text: str, n: int = REPEAT_WORDS) -> bool:
     return len(grams) != len(set(grams))
 
 
+# Words a sentence does not end on: a small model stopped by a bound mid-phrase ("... and the next step is.").
+DANGLING = frozenset("a an and or of with without in on at to for from by the its his her their is are was were be "
+                     "diagnosis patient".split())
+
+
+def stops_mid_phrase(text: str) -> str | None:
+    """The word `text` stops on when it is one that leads on (DANGLING), else None."""
+    tokens = words(text)
+    return tokens[-1] if tokens and tokens[-1] in DANGLING else None
+
+
 def recites_case(text: str, case_text: str, run: int = RECITE_RUN) -> float:
     """The share of `text`'s words that lie in runs of at least `run` consecutive words copied from
     `case_text` (0.0 for an empty text). Above MOSTLY (0.5) the text mostly recites the case."""
