@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -27,7 +28,12 @@ def report(
     db = open_store(store)
     data = build_report(db, runs, score=score, seed=seed)
     folder = out_dir if out_dir is not None else Path.cwd() / data["runs"][0]["run_id"]
-    data = write_report(data, folder, plot=not no_plot)
+    plot = not no_plot
+    if plot and importlib.util.find_spec("matplotlib") is None:  # the report itself needs no extra: only its plot does
+        err.print("note: no accuracy-vs-cost plot: it needs matplotlib (pip install 'medpanel[report]'); the report is written without it",
+                  style="dim", markup=False)
+        plot = False
+    data = write_report(data, folder, plot=plot)
     if as_json:
         print_json(data)
         return
