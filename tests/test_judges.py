@@ -385,7 +385,7 @@ def test_cli_judge_run_adds_scores_to_a_stored_run(cli_env):
 @pytest.mark.slow
 async def test_local_model_judges_equivalence_end_to_end():
     needs_local_model()
-    judge = build_model("local", Runtime())
+    judge = build_model("local", Runtime(timeout_s=600))  # a loaded machine can pass the 120 s default
     case = Case(id="short", summary="A 61-year-old woman with stage IIIA lung adenocarcinoma, EGFR and ALK negative, PD-L1 55%.",
                 question="What would you give before surgery?", target_role="Medical Oncologist",
                 reference=Reference(answer="Three cycles of neoadjuvant nivolumab with platinum chemotherapy, then restaging."))
