@@ -22,6 +22,11 @@ FORBIDDEN = {
     "cases": {"protocols", "runs", "replay", "cli", "web", "curate", "train"},
     "scoring": {"protocols", "runs", "replay", "cli", "web", "curate", "train"},
     "protocols": {"runs", "replay", "cli", "web", "curate", "train"},
+    # human rating sits beside runs: it reads runs, scoring, protocols, models and cases
+    "rating": {"cli", "web", "curate", "train"},
+    "runs": {"cli", "web", "curate", "train"},
+    # the web app is a front end beside the CLI: it calls the library, never the CLI
+    "web": {"cli", "curate", "train"},
 }
 # Top-level modules that belong to the core: everything may use them, they use nothing above.
 CORE = {"errors", "transcript", "context", "reply_text", "literal", "redact"}

@@ -103,3 +103,16 @@ def test_request_schemas_are_the_distinct_schemas_a_run_or_item_was_sent(store):
     assert store.request_schemas("r1", "i1") == [q] and store.request_schemas("r1", "i2") == [a, q]
     assert store.request_schemas("r2") == [a, q] and store.request_schemas() == [q, a]
     assert store.request_schemas("none") == []
+
+
+def test_one_items_repeats_and_scores_are_read_alone(store):
+    """The web app's item page reads one item, not the whole run."""
+    store.create_run("r", dataset="d", protocol="single", models=["m"], settings={})
+    for item_id in ("a", "b"):
+        for repeat in (0, 1):
+            store.write_item("r", item_id, repeat, status="done", outcome={"answer": f"{item_id}{repeat}"}, events=[],
+                             scores={"accuracy": float(repeat), "parsed": 1.0}, started_at=0.0)
+    assert [(i["item_id"], i["repeat"], i["outcome"]["answer"]) for i in store.items("r", "b")] == [("b", 0, "b0"), ("b", 1, "b1")]
+    assert store.items("r", "missing") == []
+    assert [(s["name"], s["value"]) for s in store.scores("r", "a", 1)] == [("accuracy", 1.0), ("parsed", 1.0)]
+    assert len(store.scores("r")) == 8 and store.scores("r", "a", 5) == []

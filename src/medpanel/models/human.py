@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from dataclasses import dataclass
 from typing import Callable, TextIO
 
 from medpanel.errors import UsageError
@@ -90,21 +91,44 @@ class HumanModel(Model):
 
     def _fill_schema(self, schema: dict) -> dict:
         """Ask for each top-level field in turn; lists are typed comma-separated, numbers as numbers."""
-        answers: dict = {}
-        for name, prop in (schema.get("properties") or {}).items():
-            kind = prop.get("type")
-            hint = f" (one of: {', '.join(map(str, prop['enum']))})" if "enum" in prop else ""
-            hint += " (comma-separated)" if kind == "array" else ""
-            raw = self.io.ask_line(f"{prop.get('title', name)}{hint} (one line):\n> ").strip()
-            if kind == "array":
-                answers[name] = [part.strip() for part in raw.split(",") if part.strip()]
-            elif kind in ("integer", "number"):
-                try:
-                    answers[name] = int(raw) if kind == "integer" else float(raw)
-                except ValueError:
-                    answers[name] = raw  # validation will ask again with the reason
-            elif kind == "boolean":
-                answers[name] = raw.lower() in ("y", "yes", "true", "1")
-            else:
-                answers[name] = raw
-        return answers
+        typed: dict[str, str] = {}
+        for field in form_fields(schema):
+            hint = f" (one of: {', '.join(field.choices)})" if field.choices else ""
+            hint += " (comma-separated)" if field.kind == "array" else ""
+            typed[field.name] = self.io.ask_line(f"{field.title}{hint} (one line):\n> ")
+        return form_answers(schema, typed)
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One top-level field of a structured answer, as a person fills it in (a terminal line, a web form field)."""
+
+    name: str
+    title: str
+    kind: str  # string | integer | number | boolean | array
+    choices: tuple[str, ...] = ()
+
+
+def form_fields(schema: dict) -> list[FormField]:
+    return [FormField(name, str(prop.get("title", name)), str(prop.get("type", "string")), tuple(map(str, prop.get("enum", ()))))
+            for name, prop in (schema.get("properties") or {}).items()]
+
+
+def form_answers(schema: dict, typed: dict[str, str]) -> dict:
+    """What a person typed per field, as the schema's types: lists comma-separated, numbers as numbers. A value
+    that is not of its type is passed on as typed, so validation asks again with the reason."""
+    answers: dict = {}
+    for field in form_fields(schema):
+        raw = str(typed.get(field.name, "")).strip()
+        if field.kind == "array":
+            answers[field.name] = [part.strip() for part in raw.split(",") if part.strip()]
+        elif field.kind in ("integer", "number"):
+            try:
+                answers[field.name] = int(raw) if field.kind == "integer" else float(raw)
+            except ValueError:
+                answers[field.name] = raw
+        elif field.kind == "boolean":
+            answers[field.name] = raw.lower() in ("y", "yes", "true", "1", "on")
+        else:
+            answers[field.name] = raw
+    return answers

@@ -129,4 +129,71 @@ MIGRATIONS: list[tuple[str, str]] = [
         )
         """,
     ),
+    (
+        # People who may use the web app when it is not bound to loopback (`medpanel users add`). Only a hash
+        # of each person's access token is kept: a copied store file gives nobody a way in.
+        "0007_web_users",
+        """
+        CREATE TABLE users (
+            name TEXT PRIMARY KEY,
+            role TEXT NOT NULL,              -- clinician | rater | admin
+            token_hash TEXT NOT NULL,        -- sha256 hex of the token (random, 32 bytes: no salt needed)
+            created_at REAL NOT NULL
+        )
+        """,
+    ),
+    (
+        # Blinded human rating (medpanel.rating, docs/rating.md). A session rates the answers of one or more runs
+        # over the same items: rating_systems is the only link from a hidden system number to its run (read in
+        # analysis only), rating_items the answers as shown (letters per item), ratings every verdict given.
+        "0008_rating_sessions",
+        """
+        CREATE TABLE rating_sessions (
+            id TEXT PRIMARY KEY,
+            created_at REAL NOT NULL,
+            rubric TEXT NOT NULL,            -- a name in medpanel.rating.rubrics.RUBRICS
+            dimensions TEXT NOT NULL,        -- JSON list: the rubric dimensions asked in this session
+            seed INTEGER NOT NULL,           -- orders the letters per item and the items per rater
+            raters TEXT NOT NULL,            -- JSON list of the primary raters' names
+            adjudicator TEXT,                -- asked only where an item's two raters disagree
+            note TEXT
+        );
+        CREATE TABLE rating_systems (
+            session_id TEXT NOT NULL,
+            system INTEGER NOT NULL,         -- hidden number, never shown to a rater
+            run_id TEXT NOT NULL,
+            PRIMARY KEY (session_id, system)
+        );
+        CREATE TABLE rating_items (
+            session_id TEXT NOT NULL,
+            item INTEGER NOT NULL,           -- 1..N within the session
+            item_id TEXT NOT NULL,
+            repeat INTEGER NOT NULL,
+            prompt TEXT NOT NULL,            -- JSON: what the rater reads before the answers
+            raters TEXT NOT NULL,            -- JSON list: the item's two primary raters
+            adjudicator TEXT,
+            PRIMARY KEY (session_id, item)
+        );
+        CREATE TABLE rating_answers (
+            session_id TEXT NOT NULL,
+            item INTEGER NOT NULL,
+            system INTEGER NOT NULL,
+            letter TEXT NOT NULL,            -- A, B, C ... in the order shown for this item
+            text TEXT NOT NULL,
+            PRIMARY KEY (session_id, item, system)
+        );
+        CREATE TABLE ratings (
+            session_id TEXT NOT NULL,
+            rater TEXT NOT NULL,
+            item INTEGER NOT NULL,
+            system INTEGER NOT NULL,
+            dimension TEXT NOT NULL,
+            value INTEGER NOT NULL,
+            role TEXT NOT NULL,              -- primary | adjudicator
+            at REAL NOT NULL,
+            PRIMARY KEY (session_id, rater, item, system, dimension)
+        );
+        CREATE INDEX ratings_item ON ratings (session_id, item)
+        """,
+    ),
 ]

@@ -74,9 +74,17 @@ def build_panel(specs: list[str], runtime: Runtime, roles: dict[str, str] | None
     """The seats (one model per spec, in order) and the roles (see build_roles)."""
     if not specs:
         raise UsageError("No models given.", "Pass --models, e.g. --models local or --models openai:gpt-4o-mini.")
-    panel = Panel.of([build_model(s, runtime) for s in specs], names=specs)
+    panel = Panel.of([person_or_model(s, s.partition(":")[2], runtime, context) for s in specs], names=specs)
     build_roles(panel, roles or {}, runtime, context, specs)
     return panel
+
+
+def person_or_model(spec: str, title: str, runtime: Runtime, context: RunContext | None) -> Model:
+    """The model for `spec`; a person's seat (`human:<Title>`) is built by the context's `human_seat` when it
+    has one (the web page), else at the terminal."""
+    if spec.startswith("human:") and context is not None and context.human_seat is not None:
+        return context.human_seat(title, runtime)
+    return build_model(spec, runtime)
 
 
 def build_roles(panel: Panel, roles: dict[str, str], runtime: Runtime, context: RunContext | None = None,
@@ -91,10 +99,7 @@ def build_roles(panel: Panel, roles: dict[str, str], runtime: Runtime, context: 
         if role in panel.roles:
             continue
         if spec not in by_spec:
-            if spec.startswith("human:") and context is not None and context.human_seat is not None:
-                by_spec[spec] = context.human_seat(spec.partition(":")[2] or role, runtime)
-            else:
-                by_spec[spec] = build_model(spec, runtime)
+            by_spec[spec] = person_or_model(spec, spec.partition(":")[2] or role, runtime, context)
         panel.roles[role] = by_spec[spec]
 
 

@@ -276,7 +276,12 @@ def pick_score(runs: list[RunData], score: str | None) -> str | None:
 def build_report(store: Store, refs: list[str], *, score: str | None = None, confidence: float = 0.95,
                  seed: int = 0, resamples: int = 10_000) -> dict:
     """Everything the report shows, as plain JSON-ready data."""
-    runs = load_runs(store, refs)
+    return report_from_runs(load_runs(store, refs), score=score, confidence=confidence, seed=seed, resamples=resamples)
+
+
+def report_from_runs(runs: list[RunData], *, score: str | None = None, confidence: float = 0.95, seed: int = 0,
+                     resamples: int = 10_000) -> dict:
+    """build_report on runs already loaded (the HTML report reads their items again for its figures)."""
     pairs, friedman, notes = comparisons(runs, confidence=confidence, seed=seed, resamples=resamples)
     return {
         "confidence": confidence,

@@ -447,8 +447,12 @@ class Store:
                                 counts["calls"], counts["cached_calls"], *key)))
         self._write(statements)
 
-    def items(self, run_id: str) -> list[dict]:
-        rows = self._query("SELECT * FROM items WHERE run_id = ? ORDER BY item_id, repeat", (run_id,))
+    def items(self, run_id: str, item_id: str | None = None) -> list[dict]:
+        """A run's items in order; with `item_id`, that item's repeats only (one indexed read, for one item's page)."""
+        if item_id is None:
+            rows = self._query("SELECT * FROM items WHERE run_id = ? ORDER BY item_id, repeat", (run_id,))
+        else:
+            rows = self._query("SELECT * FROM items WHERE run_id = ? AND item_id = ? ORDER BY repeat", (run_id, item_id))
         out = []
         for r in rows:
             d = dict(r)
@@ -456,9 +460,31 @@ class Store:
             out.append(d)
         return out
 
-    def scores(self, run_id: str) -> list[dict]:
-        return [dict(r) for r in self._query("SELECT * FROM scores WHERE run_id = ? ORDER BY item_id, repeat, name", (run_id,))]
+    def scores(self, run_id: str, item_id: str | None = None, repeat: int | None = None) -> list[dict]:
+        """A run's scores; with `item_id` and `repeat`, that one item's."""
+        if item_id is None:
+            return [dict(r) for r in self._query("SELECT * FROM scores WHERE run_id = ? ORDER BY item_id, repeat, name", (run_id,))]
+        return [dict(r) for r in self._query("SELECT * FROM scores WHERE run_id = ? AND item_id = ? AND repeat = ? ORDER BY name",
+                                             (run_id, item_id, repeat or 0))]
 
     def events(self, run_id: str, item_id: str, repeat: int = 0) -> list[dict]:
         rows = self._query("SELECT event FROM events WHERE run_id = ? AND item_id = ? AND repeat = ? ORDER BY seq", (run_id, item_id, repeat))
         return [json.loads(r["event"]) for r in rows]
+
+    # ------------------------------------------------------------------ web app users (hashed tokens only)
+
+    def add_user(self, name: str, role: str, token_hash: str) -> None:
+        """Add a person, or give an existing one a new role and token (the old token stops working)."""
+        self._write([("INSERT OR REPLACE INTO users VALUES (?, ?, ?, ?)", (name, role, token_hash, time.time()))])
+
+    def remove_user(self, name: str) -> bool:
+        found = bool(self._query("SELECT 1 FROM users WHERE name = ?", (name,)))
+        self._write([("DELETE FROM users WHERE name = ?", (name,))])
+        return found
+
+    def users(self) -> list[dict]:
+        return [dict(r) for r in self._query("SELECT name, role, created_at FROM users ORDER BY name")]
+
+    def user_by_token_hash(self, token_hash: str) -> dict | None:
+        rows = self._query("SELECT name, role FROM users WHERE token_hash = ?", (token_hash,))
+        return dict(rows[0]) if rows else None
