@@ -344,3 +344,24 @@ def test_each_plot_is_an_inline_svg_with_its_title():
     flow = rf.debate_flow([rf.DebateEnd("consensus", 1, True), rf.DebateEnd("vote", 1, False)])
     assert "Debate flow per round" in plots.debate_flows([("run", flow)])
     assert "Turns per item" in plots.turn_counts([("run", {1: 2, 4: 1})])
+
+
+def test_a_multiple_choice_run_is_broken_down_by_the_datasets_question_type(tmp_path):
+    """MedXpertQA carries a question type per case; single, debate and vote runs keep it with each outcome, so the
+    report draws accuracy per type (and `show --by question_type` groups by it). Before, only a case's `groups`
+    were kept, on the conversation path alone."""
+    from medpanel.runs.store import Store
+
+    store = Store(tmp_path / "types.db")
+    kinds = ["Reasoning", "Understanding", "Reasoning", "Reasoning"]
+    cases = [Case(id=f"x{i}", question=f"Q{i}?", options={"A": "a", "B": "b"}, reference=Reference(answer="AB"[i % 2]),
+                  metadata={"question_type": kind, "medical_task": "Diagnosis"}) for i, kind in enumerate(kinds)]
+    for protocol, models in (("single", ["scripted:Answer: A"]), ("vote", ["scripted:Answer: A"] * 3), ("debate", ["scripted:Answer: A"] * 2)):
+        config = RunConfig(dataset="mini", protocol=protocol, models=models)
+        asyncio.run(run_benchmark(store, config, Runtime(cache=store, use_cache=False), cases=cases, run_id=protocol))
+        assert {i["outcome"]["data"]["question_type"] for i in store.items(protocol)} == {"Reasoning", "Understanding"}
+    figures = dict(zip(["single", "vote", "debate"], rf.gather(store, load_runs(store, ["single", "vote", "debate"]), "accuracy")))
+    # answer A is right on x0 and x2 (both Reasoning), wrong on x1 (Understanding) and x3 (Reasoning)
+    for run_id in ("single", "vote", "debate"):
+        assert figures[run_id].type_key == "question_type"
+        assert figures[run_id].by_type == {"Reasoning": [1.0, 1.0, 0.0], "Understanding": [0.0]}

@@ -45,6 +45,9 @@ class Reference(BaseModel):
     rubric: list[Criterion] = Field(default_factory=list)  # graded criteria of a response (HealthBench)
 
 
+GROUP_FIELDS = ("question_type", "medical_task", "body_system", "subject")  # metadata fields reports break scores down by
+
+
 class Case(BaseModel):
     id: str
     source: str = ""  # dataset or file it came from
@@ -59,6 +62,12 @@ class Case(BaseModel):
     conversation: list[Turn] = Field(default_factory=list)  # a chat to answer the last turn of (role user/assistant/system)
     reference: Reference = Field(default_factory=Reference)
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def groups(self) -> dict[str, str]:
+        """What a report may break this item down by: the case's groups (a HealthBench theme) and its dataset's
+        question fields (MedXpertQA's question_type, medical_task and body_system; MMLU's subject)."""
+        fields = {key: value for key in GROUP_FIELDS if isinstance(value := self.metadata.get(key), str) and value}
+        return fields | {str(k): str(v) for k, v in (self.metadata.get("groups") or {}).items()}
 
     def missing(self, *fields: str) -> list[str]:
         """The needed fields this case lacks; "a|b" is met by either, and named "a or b"."""

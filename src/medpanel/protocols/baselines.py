@@ -52,7 +52,7 @@ async def run_vote(case: Case, panel: Panel, settings: VoteSettings, context: Ru
         transcript.record("vote", choice or "", speaker=seat, phase="vote", data={"choice": choice})
     decision = _decide(transcript, list(choices.values()), settings, case)
     return Outcome(answer=decision["answer"], transcript=transcript,
-                   data={"initial_choices": choices, "decision": decision, "parsed": decision["answer"] is not None})
+                   data={**case.groups(), "initial_choices": choices, "decision": decision, "parsed": decision["answer"] is not None})
 
 
 def score_vote(case: Case, outcome: Outcome) -> dict[str, float | None]:
@@ -97,7 +97,7 @@ async def run_self_consistency(case: Case, panel: Panel, settings: SelfConsisten
         choices.append(read.choice)
     decision = _decide(transcript, choices, settings, case)
     return Outcome(answer=decision["answer"], transcript=transcript,
-                   data={"samples": choices, "decision": decision, "parsed": decision["answer"] is not None})
+                   data={**case.groups(), "samples": choices, "decision": decision, "parsed": decision["answer"] is not None})
 
 
 def score_self_consistency(case: Case, outcome: Outcome) -> dict[str, float | None]:

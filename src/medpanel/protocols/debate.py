@@ -280,7 +280,7 @@ async def run(case: Case, panel: Panel, settings: DebateSettings, context: RunCo
         "initial_vote": initial_vote,
         "parsed": answer is not None,
     }
-    return Outcome(answer=answer, transcript=debate.transcript, data=data)
+    return Outcome(answer=answer, transcript=debate.transcript, data={**case.groups(), **data})  # groups: for show --by and the report
 
 
 # ---------------------------------------------------------------- scoring and flows

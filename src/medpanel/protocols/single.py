@@ -103,7 +103,7 @@ async def run(case: Case, panel: Panel, settings: SingleSettings, context: RunCo
     transcript = context.transcript()
     transcript.record("turn", reply=reply, speaker=seat, role="answerer", phase="answer", data=read.as_data())
     transcript.record("decision", read.choice or "", data=read.as_data())
-    return Outcome(answer=read.choice, transcript=transcript, data={"parsed": read.parsed, "answer_status": read.status})
+    return Outcome(answer=read.choice, transcript=transcript, data={**case.groups(), "parsed": read.parsed, "answer_status": read.status})
 
 
 async def reply_to_conversation(case: Case, panel: Panel, settings: SingleSettings, context: RunContext) -> Outcome:
@@ -114,7 +114,7 @@ async def reply_to_conversation(case: Case, panel: Panel, settings: SingleSettin
     transcript.record("turn", reply=reply, speaker=seat, role="answerer", phase="answer")
     answer = reply.text.strip()
     transcript.record("decision", answer, speaker=seat)
-    return Outcome(answer=answer, transcript=transcript, data=dict(case.metadata.get("groups") or {}))  # e.g. theme, for show --by
+    return Outcome(answer=answer, transcript=transcript, data=case.groups())  # e.g. theme, for show --by
 
 
 def score(case: Case, outcome: Outcome) -> dict[str, float | None]:
