@@ -99,7 +99,7 @@ def main() -> None:
     started = time.perf_counter()
     run_id = big_run(store, args.items)
     stored_s = time.perf_counter() - started
-    app = create_app(WebConfig(store_path=store.path, cases_dir=ROOT / "examples"), store)
+    app = create_app(WebConfig(store_path=store.path, cases_dir=ROOT / "examples", allowed_models=(model,)), store)
     results: dict = {"items": args.items, "requests": args.requests, "boards": args.boards, "store_run_s": round(stored_s, 2)}
     with serving(app) as base, httpx.Client(base_url=base, timeout=120) as client:
         pages = {"runs list": "/runs", "run page": f"/runs/{run_id}", "item page": f"/runs/{run_id}/items/q01000",
