@@ -27,6 +27,7 @@ FORBIDDEN = {
     "runs": {"cli", "web", "curate", "train"},
     # the web app is a front end beside the CLI: it calls the library, never the CLI
     "web": {"cli", "curate", "train"},
+    "curate": {"runs", "cli", "web", "train"},
 }
 # Top-level modules that belong to the core: everything may use them, they use nothing above.
 CORE = {"errors", "transcript", "context", "reply_text", "literal", "redact"}
