@@ -348,7 +348,7 @@ def test_judge_scores_map_onto_the_human_scale():
     links = {link.score: link for link in JUDGE_LINKS}
     eq = links["clinical_equivalence"]
     assert [eq.to_human(v) for v in (1, 2, 3, 4, 5)] == [1, 1, 2, 3, 3]  # Low Low Medium High High
-    assert [links["consistency"].to_human(v) for v in range(6)] == [1, 1, 2, 2, 3, 3]
+    assert "consistency" not in links  # discussion support has no judge link (test_discussion_support_has_no_judge_link)
     assert [links["unsupported_claim"].to_human(v) for v in (0, 1)] == [3, 1]
     assert eq.to_human(None) is None
     assert eq.describe({1: "Low", 2: "Medium", 3: "High"}) == "clinical_equivalence (1-5) >= 3.5: High; >= 2.5: Medium; lower: Low"
@@ -444,3 +444,120 @@ def test_cli_new_list_show_and_bad_input(cli_env):
                       (["rate", "show", "rate-none"], "No rating session")):
         proc = _cli(bad, cli_env, check=False)
         assert proc.returncode == 2 and says in proc.stderr and "Traceback" not in proc.stderr, (bad, proc.stderr)
+
+
+# ---------------------------------------------------------------- reviewer's findings (judge orientation, floors, blinding, bad input)
+
+
+def _rate_as_the_judge(store, sid):
+    """Both raters rate case factuality exactly as the scripted judge decided: Beta's item 4 Low, all else High."""
+    letters = {(x["item"], which(x["text"])[0]): x["letter"] for x in rstore.session_answers(store, sid)}
+    for rater in ("alice", "bob"):
+        for n in range(1, ITEMS + 1):
+            al, be = letters[(n, "Alpha")], letters[(n, "Beta")]
+            sessions.record(store, sid, rater, n, {f"{al}:case_factuality": "High", f"{be}:case_factuality": "Low" if n == 4 else "High"})
+
+
+def test_spearman_is_oriented_for_a_decreasing_judge_score(store):
+    # unsupported_claim: raw 1 is a flaw (Low), raw 0 High; people who rate exactly as the judge decided must give
+    # rho +1, not -1 (the raw score runs opposite to the human scale, so it is negated before ranking).
+    a, b = two_runs(store)
+    sid = sessions.create_session(store, [a, b], rubric="otb-audit", raters=["alice", "bob"], seed=1, dimensions=["case_factuality"], cases=CASES)
+    _rate_as_the_judge(store, sid)
+    (row,) = judge_agreement(store, sid)
+    assert row["n"] == 8 and row["agreement"]["value"] == 1.0 and row["kappa"]["value"] == pytest.approx(1.0)
+    assert row["spearman"]["value"] == pytest.approx(1.0)
+    links = {link.score: link for link in JUDGE_LINKS}
+    assert links["unsupported_claim"].increasing is False and links["clinical_equivalence"].increasing is True
+
+
+def test_discussion_support_has_no_judge_link():
+    # The judge's consistency reads the whole board meeting; raters see only the conclusion: not one thing.
+    from medpanel.rating.judge_agreement import links_for
+
+    assert all(link.dimension != "discussion_support" and link.score != "consistency" for link in JUDGE_LINKS)
+    dims = [d.name for d in rubrics.get_rubric("otb-audit").dimensions]
+    assert {link.dimension for link in links_for("otb-audit", dims)} == {"response_correctness", "consensus_fidelity", "case_factuality"}
+
+
+def test_judge_floor_scores_of_empty_answers_are_no_verdict(store):
+    # Alpha gives no answer on item 2: the judge is never called and the scorer stores floor scores
+    # (clinical_equivalence 1, unsupported_claim 0) with status format_failure; they are no verdict and left out.
+    def silent_on_two(request):
+        n = int(re.search(r"Question (\d+)", request.messages[-1].content).group(1))
+        return {"answer": "" if n == 2 else f"Alpha plan for item {n}: biopsy, then decide."}
+
+    async def run_alpha():
+        runtime = Runtime(cache=store)
+        panel = Panel.of([ScriptedModel(name=ALPHA, responder=silent_on_two, runtime=runtime)],
+                         roles={"judge": ScriptedModel(name=JUDGE, responder=judge_reply(JUDGE_SCORES), runtime=runtime)})
+        result = await run_benchmark(store, RunConfig(dataset="inline", protocol="specialist", models=[f"scripted:{ALPHA}"]), runtime,
+                                     panel=panel, cases=CASES)
+        return result.run_id
+
+    a = asyncio.run(run_alpha())
+    b = asyncio.run(specialist_run(store, BETA, "Beta"))
+    sid = sessions.create_session(store, [a, b], rubric="otb-audit", raters=["alice", "bob"], seed=1,
+                                  dimensions=["response_correctness", "case_factuality"], cases=CASES)
+    session = sessions.load(store, sid)
+    assert session.items[2]["item_id"] == "q2"
+    shown = {(x["item"], x["text"] == sessions.NO_ANSWER): x["letter"] for x in rstore.session_answers(store, sid)}
+    for rater in ("alice", "bob"):
+        for n in range(1, ITEMS + 1):
+            form = {}
+            for x in session.answers[n]:
+                form[f"{x['letter']}:response_correctness"] = "Low"
+                form[f"{x['letter']}:case_factuality"] = "High"
+            sessions.record(store, sid, rater, n, form)
+    rows = {r["dimension"]: r for r in judge_agreement(store, sid)}
+    for dim in ("response_correctness", "case_factuality"):
+        assert rows[dim]["n"] == 7 and rows[dim]["left_out"]["no_judge_verdict"] == 1, rows[dim]
+    # The floor is not counted as the judge's: response_correctness pairs are the 7 judged answers only.
+    assert sum(map(sum, rows["response_correctness"]["confusion"]["counts"])) == 7
+    assert shown  # the empty answer is shown as NO_ANSWER
+    from medpanel.rating.judge_agreement import floor_scores  # read from the item's score events (status format_failure)
+
+    assert {"clinical_equivalence", "unsupported_claim"} <= floor_scores(store, a, "q2", 0)
+    assert not floor_scores(store, a, "q1", 0)
+
+
+def test_unbracketed_and_lower_case_panelist_names_are_masked():
+    labels = {"openai:gpt-4o": "Panelist 1", "local": "Panelist 2", "x": "Panelist 3"}
+    text = ("As Panelist 2 noted, rest helps [Panelist 2]. Panelist 1 and Panelist 3 agree on fluids [panelist 2]. "
+            "Follow up in a week (Panelists 1-3). PANELISTS 1, 2 and 3 concur.")
+    shown = sessions.answer_text({"answer": text, "data": {"labels": labels}})
+    assert not re.search(r"panelists?\s*\d", shown, re.IGNORECASE), shown
+    assert "[" not in shown and "As a panelist noted, rest helps." in shown and "on fluids." in shown
+    # A conversation's response is masked too, and a seat label that is not "Panelist N" wherever it appears.
+    response = sessions.answer_text({"answer": "x", "data": {"response": "dr. who thinks so [Dr. Who].", "labels": {"m": "Dr. Who"}}})
+    assert "who" not in response.lower(), response
+
+
+def test_model_ids_are_masked_without_their_tag_or_date():
+    names = sessions.model_names([{"models": ["ollama:llama3.1:8b", "anthropic:claude-3-5-sonnet-20241022"], "protocol": "nope", "settings": {}}])
+    assert "llama3.1" in names and "claude-3-5-sonnet" in names
+    text = "I am Llama3.1 (llama3.1:8b); compare claude-3-5-sonnet and claude-3-5-sonnet-20241022 on ollama:llama3.1:8b."
+    assert sessions.mask_names(text, names) == "I am [a model] ([a model]); compare [a model] and [a model] on [a model]."
+
+
+def test_runs_over_different_datasets_are_refused(store):
+    a, b = two_runs(store)
+    store._write([("UPDATE runs SET dataset = ? WHERE id = ?", ("otb-other", b))])
+    with pytest.raises(UsageError, match="different datasets"):
+        sessions.create_session(store, [a, b], rubric="otb-audit", raters=["alice", "bob"], cases=CASES)
+
+
+def test_seed_out_of_range_is_refused(store, cli_env):
+    a = asyncio.run(specialist_run(store, ALPHA, "Alpha"))
+    for bad in (2 ** 63, -1):
+        with pytest.raises(UsageError, match="out of range"):
+            sessions.create_session(store, [a], rubric="otb-audit", raters=["alice", "bob"], seed=bad, cases=CASES)
+    assert sessions.load(store, sessions.create_session(store, [a], rubric="otb-audit", raters=["alice", "bob"], seed=2 ** 63 - 1,
+                                                        cases=CASES)).row["seed"] == 2 ** 63 - 1
+    from medpanel.runs.store import Store
+
+    db = Store(cli_env["MEDPANEL_STORE"])
+    run = asyncio.run(specialist_run(db, ALPHA, "Alpha"))
+    db.close()
+    proc = _cli(["rate", "new", run, "--rubric", "otb-audit", "--raters", "alice,bob", "--seed", "9223372036854775808"], cli_env, check=False)
+    assert proc.returncode == 2 and "out of range" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

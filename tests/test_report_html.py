@@ -365,3 +365,78 @@ def test_a_multiple_choice_run_is_broken_down_by_the_datasets_question_type(tmp_
     for run_id in ("single", "vote", "debate"):
         assert figures[run_id].type_key == "question_type"
         assert figures[run_id].by_type == {"Reasoning": [1.0, 1.0, 0.0], "Understanding": [0.0]}
+
+
+# ---------------------------------------------------------------- the key from the dataset; repeats per type
+
+
+def write_cases(path, cases: list[Case]) -> None:
+    path.write_text("".join(case.model_dump_json() + "\n" for case in cases))
+
+
+def test_stance_shifts_read_the_key_from_the_dataset_and_fall_back_on_the_scores(tmp_path):
+    """A lone seat switching to the right answer that no seat gave first and that lost the vote: the scores
+    never name that letter right, so only the dataset's key can count the shift wrong → right."""
+    from medpanel.runs.report_html import figures, prepare_report
+
+    # k1, key C: first answers A A B; round 1 A A C (z: B→C, wrong → right); the vote: A 2:1, wrong.
+    # k2, key C: all C at first, consensus, no debate turn.
+    cases_file = tmp_path / "cases.jsonl"
+    write_cases(cases_file, [Case(id=f"k{i}", question="Which drug?", options={"A": "alpha", "B": "beta", "C": "gamma"},
+                                  reference=Reference(answer="C")) for i in (1, 2)])
+    scripts = {"x": ["A", "A", "C"], "y": ["A", "A", "C"], "z": ["B", "C", "C"]}
+    seats = [ScriptedModel([f"{name} weighs it.\nAnswer: {c}" for c in script], name=name) for name, script in scripts.items()]
+    store = Store(tmp_path / "runs.db")
+    try:
+        config = RunConfig(dataset=str(cases_file), protocol="debate", models=[m.id for m in seats], concurrency=1,
+                           settings={"max_rounds": 1})
+        asyncio.run(run_benchmark(store, config, Runtime(cache=store, use_cache=False), run_id="lone",
+                                  panel=Panel.of(seats, names=list(scripts))))
+        zero = dict.fromkeys(rf.SHIFT_KINDS, 0)
+        debate = rf.gather(store, load_runs(store, ["lone"]), "accuracy")[0]
+        assert debate.shifts["scripted:z"] == {**zero, "turns": 1, "changed": 1, "wrong_to_right": 1}
+        assert debate.key_source == "dataset"
+        assert debate.shifts["scripted:x"] == {**zero, "turns": 1, "changed": 0}
+        report, gathered_figures = prepare_report(store, ["lone"])
+        caption = dict((fid, cap) for fid, cap, _ in figures(report, gathered_figures))["fig-stance-shifts"]
+        assert "dataset's answer key" in caption
+
+        cases_file.unlink()  # the dataset gone: the key is inferred from the scores, and C was never scored
+        debate = rf.gather(store, load_runs(store, ["lone"]), "accuracy")[0]
+        assert debate.key_source == "scores"
+        assert debate.shifts["scripted:z"] == {**zero, "turns": 1, "changed": 1, "unscored": 1}
+        report, gathered_figures = prepare_report(store, ["lone"])
+        caption = dict((fid, cap) for fid, cap, _ in figures(report, gathered_figures))["fig-stance-shifts"]
+        assert "inferred from the item's scores" in caption and "dataset's answer key" not in caption
+    finally:
+        store.close()
+
+
+def test_the_score_per_question_type_counts_each_item_once_over_its_repeats(tmp_path):
+    """10 items x 5 repeats: one value per item (the mean of its repeats), so n is 5 per type, not 25."""
+    from medpanel.runs.report_html import figures, prepare_report
+
+    cases = [Case(id=f"q{i}", question=f"Question {i}?", options={"A": "yes", "B": "no"}, reference=Reference(answer="A"),
+                  metadata={"question_type": "Reasoning" if i <= 5 else "Understanding"}) for i in range(1, 11)]
+    calls: dict[int, int] = {}
+
+    def respond(request):  # q1-q5 always right; q6-q10 right on their 1st, 3rd and 5th call: 3 of 5 repeats
+        number = int(request.messages[-1].content.split("?")[0].split()[-1])
+        calls[number] = calls.get(number, 0) + 1
+        return "Answer: A" if number <= 5 or calls[number] % 2 else "Answer: B"
+
+    store = Store(tmp_path / "runs.db")
+    try:
+        model = ScriptedModel(name="m", responder=respond)
+        config = RunConfig(dataset="typed", protocol="single", models=["scripted:m"], repeats=5, concurrency=1)
+        asyncio.run(run_benchmark(store, config, Runtime(cache=store, use_cache=False), run_id="rep", panel=Panel.of([model]), cases=cases))
+        assert len(store.items("rep")) == 50
+        got = rf.gather(store, load_runs(store, ["rep"]), "accuracy")[0]
+        assert got.by_type == {"Reasoning": [1.0] * 5, "Understanding": pytest.approx([0.6] * 5)}
+        assert got.repeats_averaged
+        report, gathered_figures = prepare_report(store, ["rep"])
+        fid, caption, svg = next(f for f in figures(report, gathered_figures) if f[0] == "fig-by-type")
+        assert "mean of its repeats" in caption and "n is the items" in caption
+        assert "n=5" in svg and "n=25" not in svg
+    finally:
+        store.close()

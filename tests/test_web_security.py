@@ -35,7 +35,7 @@ def test_loopback_is_told_apart_from_every_other_bind():
 
 def test_off_loopback_every_route_but_health_needs_the_token(tmp_path):
     app = create_app(WebConfig(store_path=tmp_path / "w.db", host="0.0.0.0", token="the-admin-token"))
-    app.state.store.add_user("Dr Ito", "rater", auth.token_hash("ito-token"))
+    app.state.store.add_user("Dr Ito", "clinician", auth.token_hash("ito-token"))
     with serving(app, host="0.0.0.0") as base, httpx.Client(base_url=base, timeout=30) as client:
         assert client.get("/health").status_code == 200
         for path in ("/", "/runs", "/deliberations", "/ratings", "/static/app.css", "/static/htmx.min.js", "/deliberations/x/stream"):
@@ -246,3 +246,35 @@ def test_users_cli_keeps_only_a_hash_and_refuses_bad_input(cli_env, tmp_path):
     removed = medpanel("users", "remove", "Dr Ada Lee")
     assert removed.returncode == 0
     assert store.user_by_token_hash(auth.token_hash(token)) is None
+
+
+def test_runs_stay_hidden_from_the_people_rating_them_blind(tmp_path):
+    """A rater never sees a run (its models would unblind the answers); a clinician named in an unfinished
+    session does not see that session's runs; the unblinded ratings in a report are for admins only."""
+    from test_rating import CASES, two_runs
+
+    from medpanel.rating import sessions
+
+    app = create_app(WebConfig(store_path=tmp_path / "w.db", token="admin-token"))
+    store = app.state.store
+    a, b = two_runs(store)
+    session = sessions.create_session(store, [a, b], rubric="otb-audit", raters=["Dr Rater", "Dr Named"], seed=3, cases=CASES)
+    for name, role in (("Dr Rater", "rater"), ("Dr Named", "clinician"), ("Dr Other", "clinician")):
+        store.add_user(name, role, auth.token_hash(name.replace(" ", "-")))
+    with serving(app) as base:
+        def get(who: str, path: str) -> httpx.Response:
+            return httpx.get(base + path, headers={"Authorization": f"Bearer {who}"}, timeout=30)
+
+        for path in ("/runs", f"/runs/{a}", f"/runs/{a}/items/q1", f"/runs/{a}/report", "/runs/last", "/deliberations"):
+            refused = get("Dr-Rater", path)
+            assert refused.status_code == 403 and ("Hidden while you rate" in refused.text or "rate blind" in refused.text), path
+            assert "sys-alpha" not in refused.text.lower()
+        listing = get("Dr-Named", "/runs").text
+        assert a not in listing and b not in listing
+        assert get("Dr-Named", f"/runs/{a}").status_code == 403
+        assert get("Dr-Named", f"/runs/{a[:-1]}/report").status_code == 403  # a prefix does not get round it
+        other = get("Dr-Other", f"/runs/{a}/report")
+        assert other.status_code == 200 and "mp-ratings" not in other.text  # sees the run, not the people's ratings
+        assert a in get("Dr-Other", "/runs").text
+        assert "mp-ratings" in get("admin-token", f"/runs/{a}/report").text
+    assert session

@@ -169,6 +169,10 @@ def _print_summary(summary: dict[str, Any]) -> None:
         out.print(f"  mapping {j['mapping']}")
         out.print(f"  agreement {_est(j['agreement'])}, kappa {_est(j['kappa'])}, linear {_est(j['kappa_linear'])}, "
                   f"quadratic {_est(j['kappa_quadratic'])}, Spearman {_est(j['spearman'])}")
+        left = j.get("left_out") or {}
+        if any(left.values()):
+            out.print(f"  left out: {left.get('no_consensus', 0)} no consensus yet, {left.get('no_judge_score', 0)} no judge score, "
+                      f"{left.get('no_judge_verdict', 0)} no judge verdict (empty answer: the judge's floor score)")
         conf = j["confusion"]
         table = Table("judge \\ people", *conf["labels"], box=box.SIMPLE_HEAD, pad_edge=False)
         for label, row in zip(conf["labels"], conf["counts"]):

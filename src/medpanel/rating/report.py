@@ -205,9 +205,11 @@ def _session_html(summary: dict) -> str:
         parts.append("<h4>Judge against people</h4>")
         rows = "".join(
             f"<tr><td>{_e(j['dimension'])}</td><td class=\"mono\">{_e(j['judge'])}</td><td>{_e(j['mapping'])}</td><td class=\"num\">{_e(j['n'])}</td>"
+            f"<td class=\"num\">{_e((j.get('left_out') or {}).get('no_judge_verdict', 0))}</td>"
             + _stat(j["agreement"]) + _stat(j["kappa"]) + _stat(j["kappa_linear"]) + _stat(j["kappa_quadratic"]) + _stat(j["spearman"]) + "</tr>"
             for j in summary["judge_agreement"])
         parts.append("<table class=\"table mp-judge\"><thead><tr><th>dimension</th><th>judge</th><th>mapping</th><th class=\"num\">pairs</th>"
+                     "<th class=\"num\" title=\"empty answers: the judge was not called, its floor score left out\">no judge verdict</th>"
                      "<th class=\"num\">exact</th><th class=\"num\">kappa</th><th class=\"num\">kappa linear</th><th class=\"num\">kappa quadratic</th>"
                      f"<th class=\"num\">Spearman rho</th></tr></thead><tbody>{rows}</tbody></table>")
         for j in summary["judge_agreement"]:

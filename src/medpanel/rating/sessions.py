@@ -5,7 +5,7 @@ an option, a conclusion, a diagnosis, a long-form reply). Raters never see a run
 name: each run is a hidden system number, shown per item as "Answer A", "Answer B", ... in an order drawn
 from the session's stored seed, and each rater meets the items in an order of their own, drawn from the
 same seed. Answers are shown as the user would read them (a long-form consolidation without the tags that
-credit its panelists, any model spec named inside a text masked).
+credit its panelists, any other mention of a panelist and any model spec named inside a text masked).
 
 Assignment, as OpenTumorBoard's audit: two primary raters per item (everyone when there are two; with more,
 a seeded rotation that spreads the items evenly), and a third person, the adjudicator, asked only about the
@@ -33,6 +33,11 @@ NO_ANSWER = "(No answer was given.)"
 MASK = "[a model]"
 BEST = "best"
 MAX_SYSTEMS = len(string.ascii_uppercase)
+MAX_SEED = 2 ** 63  # seeds are stored in SQLite's signed 64-bit INTEGER: 0 <= seed < 2**63
+PANELIST = "a panelist"
+PANELISTS = "panelists"
+# "Panelist 2", "Panelists 1-3", "Panelist 1 and Panelist 3", "Panelists 1, 2 and 4", any case.
+_PANELIST_NAMES = re.compile(r"\bpanelists?\s*\d+(?:\s*(?:,|&|\band\b|\bor\b|\bto\b|-|\u2013)\s*(?:panelists?\s*)?\d+)*\b", re.IGNORECASE)
 _NAME = re.compile(r"^[\w.@ -]{1,64}$")
 
 
@@ -89,21 +94,51 @@ def new_session_id() -> str:
 
 def answer_text(outcome: dict | None) -> str | None:
     """What a user would read of an outcome: a conversation's response; a long-form consolidation without its
-    panelist tags; else the answer."""
+    panelist tags; else the answer. Panelists named anywhere in it (a seat's label, or "Panelist N",
+    "Panelists 1-3", "Panelist 1 and Panelist 3", any case) are masked: tags naming only them are dropped,
+    other mentions become "a panelist" (or "panelists")."""
     if not outcome:
         return None
     data = outcome.get("data") or {}
+    labels = data.get("labels")
+    seats = [str(v) for v in labels.values()] if isinstance(labels, dict) else []
     if isinstance(data.get("response"), str) and data["response"].strip():
-        return data["response"].strip()
+        return mask_panelists(data["response"], seats).strip()
     answer = outcome.get("answer")
     if not isinstance(answer, str) or not answer.strip():
         return None
-    labels = data.get("labels")
-    if isinstance(labels, dict) and labels:
+    if seats:
         from medpanel.protocols.longform import without_attributions
 
-        answer = without_attributions(answer, [str(v) for v in labels.values()])
-    return answer.strip()
+        answer = without_attributions(answer, seats)
+    return mask_panelists(answer, seats).strip()
+
+
+def _seat_pattern(seats: list[str]) -> re.Pattern[str]:
+    names = sorted({s.strip() for s in seats if s and s.strip()}, key=len, reverse=True)
+    alternatives = [_PANELIST_NAMES.pattern] + [r"(?<!\w)" + re.escape(n) + r"(?!\w)" for n in names]
+    return re.compile("|".join(f"(?:{a})" for a in alternatives), re.IGNORECASE)
+
+
+def mask_panelists(text: str, seats: list[str] | None = None) -> str:
+    """`text` with no panelist named: a bracketed tag that names only panelists (seat labels or "Panelist N",
+    any case) is dropped; any other mention of them becomes "a panelist", or "panelists" for several."""
+    pattern = _seat_pattern(list(seats or []))
+
+    def drop(match: re.Match[str]) -> str:
+        parts = [p.strip() for p in re.split(r",|;|\band\b", match.group(1), flags=re.IGNORECASE) if p.strip()]
+        return "" if parts and all(pattern.fullmatch(p) for p in parts) else match.group(0)
+
+    text = re.sub(r"[ \t]*\[([^\[\]\n]{1,200})\]", drop, text)
+
+    def neutral(match: re.Match[str]) -> str:
+        several = len(re.findall(r"\d+", match.group(0))) > 1 and bool(_PANELIST_NAMES.fullmatch(match.group(0)))
+        word = PANELISTS if several else PANELIST
+        before = text[:match.start()].rstrip()
+        return word[0].upper() + word[1:] if not before or before[-1] in ".!?\n" else word
+
+    text = pattern.sub(neutral, text)
+    return re.sub(r"[ \t]+([.,;:!?])", r"\1", re.sub(r"[ \t]{2,}", " ", text))
 
 
 def model_names(runs: list[dict]) -> list[str]:
@@ -120,7 +155,10 @@ def model_names(runs: list[dict]) -> list[str]:
             pass
     names = set()
     for spec in specs:
-        for part in (spec, *spec.split("@"), spec.partition(":")[2].split("@")[0]):
+        model = spec.partition(":")[2].split("@")[0]
+        short = model.partition(":")[0]  # without an ollama-style :tag (llama3.1:8b -> llama3.1)
+        undated = re.sub(r"[-_@]?(?:\d{8}|\d{4}-\d{2}-\d{2})$", "", short)  # without a release date (claude-3-5-sonnet-20241022)
+        for part in (spec, *spec.split("@"), model, short, undated):
             part = part.strip()
             if len(part) >= 3 and (part == spec or re.search(r"[\d./_-]", part)):
                 names.add(part)
@@ -201,6 +239,14 @@ def create_session(store: Store, run_ids: list[str], *, rubric: str, raters: lis
     judge = _clean_name(adjudicator, "Adjudicator") if adjudicator and adjudicator.strip() else None
     if judge in names:
         raise UsageError(f"The adjudicator {judge} is also a rater.", "The adjudicator settles the raters' disagreements: name someone else.")
+    if seed is not None:
+        try:
+            seed = int(seed)
+        except (TypeError, ValueError):
+            pass  # refused just below, with the reason
+    if seed is not None and (not isinstance(seed, int) or not 0 <= seed < MAX_SEED):
+        raise UsageError(f"The seed {seed!r} is out of range: it must be a whole number with 0 <= seed < 2**63.",
+                         "Give a smaller seed, e.g. --seed 7, or leave it out for a random one.")
     if not run_ids:
         raise UsageError("No runs to rate.", "Name one or more runs: medpanel rate new RUN [RUN ...].")
     resolved = [store.resolve_run_id(r) for r in run_ids]
@@ -212,6 +258,10 @@ def create_session(store: Store, run_ids: list[str], *, rubric: str, raters: lis
     if len(resolved) > MAX_SYSTEMS:
         raise UsageError(f"At most {MAX_SYSTEMS} runs fit in one session (answers are lettered A-Z); got {len(resolved)}.", "Rate fewer runs at once.")
     runs = [store.get_run(r) for r in resolved]
+    datasets = sorted({str(run.get("dataset")) for run in runs})
+    if len(datasets) > 1:
+        raise UsageError(f"These runs are over different datasets ({', '.join(datasets)}): items would be paired by id alone.",
+                         "Rate runs made over one same dataset (medpanel show RUN shows a run's dataset).")
 
     done: list[dict[tuple[str, int], dict | None]] = []
     for run_id in resolved:
@@ -502,4 +552,4 @@ def sessions_for(store: Store, rater: str | None = None) -> list[dict[str, Any]]
 
 
 __all__ = ["BEST", "MASK", "NO_ANSWER", "Session", "ShownAnswer", "Task", "answer_text", "create_session", "item_prompt", "load",
-           "mask_names", "model_names", "next_task", "task_for", "people", "progress", "progress_of", "record", "sessions_for"]
+           "mask_names", "mask_panelists", "model_names", "next_task", "task_for", "people", "progress", "progress_of", "record", "sessions_for"]

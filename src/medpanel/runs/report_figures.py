@@ -31,9 +31,26 @@ class Truth:
     def of(self, choice: str | None) -> bool | None:
         if choice is None:
             return False
-        if self.gold is not None:
-            return choice == self.gold
+        if self.gold is not None:  # compared as exact_match scores an answer: case and spaces aside
+            return choice.strip().upper() == self.gold.strip().upper()
         return False if choice in self.wrong else None
+
+
+def dataset_keys(run: dict) -> dict[str, str] | None:
+    """Each item's answer key read from the run's dataset (item id -> reference answer), or None where the
+    dataset cannot be loaded here (a file moved or deleted, a dataset not installed, any other failure): the
+    figures then fall back on infer_truth. A protocol that expands cases gets its items as the runner made them."""
+    try:
+        from medpanel.cases import load_dataset
+        from medpanel.protocols import get_protocol
+
+        cases = load_dataset(run["dataset"])
+        spec = get_protocol(run["protocol"])
+        if spec.expand is not None:
+            cases = [item for case in cases for item in spec.expand(case)]
+        return {case.id: case.reference.answer for case in cases if case.reference is not None and case.reference.answer}
+    except Exception:  # noqa: BLE001 - whatever stops the dataset loading, the scores still tell most of the key
+        return None
 
 
 def infer_truth(observed: Iterable[tuple[str | None, float | None]]) -> Truth:
@@ -151,6 +168,19 @@ def values_by_type(pairs: Iterable[tuple[str | None, float]]) -> dict[str, list[
     return dict(sorted(groups.items()))
 
 
+def item_means(by_key: dict[tuple[str, int], float], outcomes: dict[tuple[str, int], dict],
+               type_key: str | None = None) -> dict[str, tuple[str | None, float, int]]:
+    """item id -> (its type, the mean of its repeats' values, how many repeats): an item's repeats are not
+    independent items, so a figure per type counts each item once. Only (item, repeat)s in `outcomes` count."""
+    values: dict[str, list[float]] = defaultdict(list)
+    kinds: dict[str, str | None] = {}
+    for key, value in sorted(by_key.items()):
+        if key in outcomes:
+            values[key[0]].append(value)
+            kinds.setdefault(key[0], outcomes[key].get(type_key) if type_key else None)
+    return {item: (kinds[item], sum(v) / len(v), len(v)) for item, v in values.items()}
+
+
 def icd10_levels(report_run: dict) -> dict[str, dict[str, dict]]:
     """A run report's ICD-10 scores as level -> metric -> its headline interval (levels and metrics present only)."""
     out: dict[str, dict[str, dict]] = {}
@@ -178,16 +208,19 @@ class RunFigures:
     shifts: dict[str, dict[str, int]] | None = None  # stance_shifts, for debate runs
     type_key: str | None = None  # the outcome-data key naming each item's question type
     type_score: str | None = None  # the score by_type holds (see type_score)
-    by_type: dict[str, list[float]] | None = None
+    by_type: dict[str, list[float]] | None = None  # one value per item: the mean of its repeats
+    repeats_averaged: bool = False  # some item in by_type had more than one repeat
+    key_source: str | None = None  # debate runs: 'dataset' (the key read from it), 'scores' (inferred), 'mixed'
 
 
-def debate_item(events: list[dict], scores: dict[str, float]) -> tuple[DebateEnd | None, list[DebateTurn], Truth]:
-    """One debate item's ending, debate-round turns and what its scores tell of its key, from its events."""
+def debate_item(events: list[dict], scores: dict[str, float], key: str | None = None) -> tuple[DebateEnd | None, list[DebateTurn], Truth]:
+    """One debate item's ending, debate-round turns and its key: `key` where the dataset gave it, else what its
+    scores tell of it, from its events."""
     decision = next((e for e in reversed(events) if e.get("kind") == "decision" and "method" in (e.get("data") or {})), None)
     initial = {e.get("speaker"): (e.get("data") or {}).get("choice") for e in events if e.get("kind") == "turn" and e.get("phase") == "initial"}
     answer = (decision or {}).get("data", {}).get("answer")
     observed = [(answer, scores.get("accuracy"))] + [(choice, scores.get(f"initial_accuracy.{seat}")) for seat, choice in initial.items()]
-    truth = infer_truth(observed)
+    truth = Truth(gold=key) if key else infer_truth(observed)
     end = None
     if decision is not None:
         data = decision["data"]
@@ -216,18 +249,23 @@ def gather(store: Store, runs: list[RunData], score: str | None) -> list[RunFigu
         done = [i for i in data.items if i["status"] == "done"]
         debate = figures.protocol in DEBATE_PROTOCOLS
         ends, turns = [], []
+        keys = dataset_keys(data.run) if debate and done else None
+        keyed = Counter()
         for item in done:
             events = store.events(data.id, item["item_id"], item["repeat"])
             figures.turns.append(count_turns(events))
             if debate:
                 key = (item["item_id"], item["repeat"])
                 scores = {name: by_key[key] for name, by_key in data.scores.items() if key in by_key}
-                end, item_turns, truth = debate_item(events, scores)
+                gold = (keys or {}).get(item["item_id"])
+                keyed["dataset" if gold else "scores"] += 1
+                end, item_turns, truth = debate_item(events, scores, gold)
                 if end is not None:
                     ends.append(end)
                 turns += [(t, truth) for t in item_turns]
         if debate and ends:
             figures.flow, figures.shifts = debate_flow(ends), stance_shifts(turns)
+            figures.key_source = "mixed" if len(keyed) > 1 else next(iter(keyed))
         outcomes[data.id] = {(i["item_id"], i["repeat"]): ((i["outcome"] or {}).get("data") or {}) for i in done}
         figures.type_key = type_key(outcomes[data.id].values())
         out.append(figures)
@@ -237,6 +275,7 @@ def gather(store: Store, runs: list[RunData], score: str | None) -> list[RunFigu
         if figures.type_key and name in data.scores:
             by_item = outcomes[data.id]
             figures.type_score = name
-            figures.by_type = values_by_type((by_item[key].get(figures.type_key), value)
-                                             for key, value in sorted(data.scores[name].items()) if key in by_item)
+            means = item_means(data.scores[name], by_item, figures.type_key)
+            figures.repeats_averaged = any(n > 1 for _, _, n in means.values())
+            figures.by_type = values_by_type((kind, value) for kind, value, _ in means.values())
     return out

@@ -76,7 +76,7 @@ def figures(report: dict, gathered: list[rf.RunFigures]) -> list[tuple[str, str,
     shift_rows = [(f"{model} ({g.label})" if len(flows) > 1 else model, row) for g in gathered if g.shifts for model, row in g.shifts.items()]
     if any(row["turns"] for _, row in shift_rows):
         out.append(("fig-stance-shifts", "Per model, the debate turns in which it changed its answer, by whether the change went "
-                    "wrong → right, right → wrong or wrong → wrong (right and wrong read from the item's scores).",
+                    f"wrong → right, right → wrong or wrong → wrong ({_key_source([g for g in gathered if g.shifts], len(flows) > 1)}).",
                     figs.stance_shifts(shift_rows)))
     typed = [g for g in gathered if g.by_type and any(t != "(none)" for t in g.by_type)]
     if typed:
@@ -94,6 +94,30 @@ def figures(report: dict, gathered: list[rf.RunFigures]) -> list[tuple[str, str,
     return out
 
 
+KEY_SOURCES = {
+    "dataset": "right and wrong read from the dataset's answer key",
+    "scores": "right and wrong inferred from the item's scores, the dataset not being at hand: a change to a letter no score "
+              "judged is counted as not scored",
+    "mixed": "right and wrong read from the dataset's answer key where it holds the item, else inferred from the item's scores",
+}
+
+
+def _key_source(debates: list[rf.RunFigures], several: bool) -> str:
+    """Where the stance-shift figure's key came from, per run where the runs differ."""
+    sources = {g.key_source or "scores" for g in debates}
+    if len(sources) == 1 or not several:
+        return KEY_SOURCES[sources.pop()]
+    return "; ".join(f"{g.label}: {KEY_SOURCES[g.key_source or 'scores']}" for g in debates)
+
+
+def _type_interval(values: list[float], kind, confidence: float, seed: int) -> dict:
+    """A 0/1 score's share per type over item means: Wilson where every item mean is 0 or 1, else (repeats that
+    disagree) Student t over the item means, clipped to [0, 1]."""
+    if all(v in (0.0, 1.0) for v in values):
+        return stats.metric_interval(values, kind, confidence, seed).to_dict()
+    return stats.bounded_t_interval(values, kind, confidence).to_dict()
+
+
 def _by_type(typed: list[rf.RunFigures], report: dict, c: str, colours: dict[str, str]) -> tuple[str, str, str]:
     name = typed[0].type_score
     groups: dict[str, dict[str, list[float]]] = {}
@@ -104,12 +128,14 @@ def _by_type(typed: list[rf.RunFigures], report: dict, c: str, colours: dict[str
     binary = all(k.kind == "proportion" for k in kinds.values())
     intervals = None
     if binary:  # a 0/1 score per type: the share with its interval, as the score tables give it
-        intervals = {t: {s: stats.metric_interval(v, kinds[s], report["confidence"], report["seed"]).to_dict() for s, v in by.items()}
+        intervals = {t: {s: _type_interval(v, kinds[s], report["confidence"], report["seed"]) for s, v in by.items()}
                      for t, by in groups.items()}
     bounds = {k.bounds for k in kinds.values()}
     keys = ", ".join(sorted({g.type_key for g in typed}))
-    caption = (f"{name} per question type (the items' {keys})" + (f", as a share with its {c} interval." if binary else
-               ": each box spans the middle half of the items, the line is the median, whiskers reach 1.5 box-lengths."))
+    averaged = any(g.repeats_averaged for g in typed)
+    caption = (f"{name} per question type (the items' {keys})" + (f", as a share with its {c} interval" if binary else
+               ": each box spans the middle half of the items, the line is the median, whiskers reach 1.5 box-lengths")
+               + ("; each item counted once, as the mean of its repeats, so n is the items." if averaged else "."))
     return "fig-by-type", caption, figs.by_type(dict(sorted(groups.items())), name, intervals=intervals,
                                                 bounds=bounds.pop() if len(bounds) == 1 else None, colours=colours)
 

@@ -23,6 +23,10 @@ router = APIRouter()
 
 
 def _deliberations(request: Request):
+    """The server's deliberations; refused to a rater (they rate blind: a live table names its models)."""
+    if request.state.user.role == "rater":
+        raise Forbidden(f"{request.state.user.name} signed in as a rater: raters rate blind, so deliberations are hidden from them.",
+                        "Your rating sessions are at /ratings.")
     return request.app.state.deliberations
 
 
@@ -32,6 +36,8 @@ def _config(request: Request):
 
 @router.get("/")
 async def start_page(request: Request):
+    if request.state.user.role == "rater":  # their page is the list of rating sessions
+        return RedirectResponse("/ratings", status_code=303)
     config = _config(request)
     return render(request, "live/new.html", folders=plans.case_folders(config.cases_dir), protocols=plans.PROTOCOLS,
                   seats=plans.all_seat_choices(), config=config, max_turns=plans.MAX_TURNS, case_limit=MAX_CASE_FILE_BYTES)

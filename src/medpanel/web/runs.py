@@ -75,11 +75,40 @@ def problem_page(request: Request, status: int, title: str, problem: str, fix: s
                   back_href=back[0], back_label=back[1])
 
 
+ALL_RUNS = None  # blinded_runs' answer for a rater: every run is hidden
+
+
+def blinded_runs(request: Request) -> set[str] | None:
+    """The runs this person may not see while rating them blind: for a rater every run (None); for anyone else
+    the runs of each unfinished rating session they are named in (their model names and the ratings would unblind
+    them); for an admin none."""
+    from medpanel.rating import sessions as rating_sessions
+    from medpanel.rating import store as rating_store
+
+    user, store = request.state.user, request.app.state.store
+    if user.is_admin:
+        return set()
+    if user.role == "rater":
+        return ALL_RUNS
+    return {row["run_id"] for info in rating_sessions.sessions_for(store, user.name) if not info["complete"]
+            for row in rating_store.session_systems(store, info["session_id"])}
+
+
+def hidden_page(request: Request):
+    return problem_page(request, 403, "Hidden while you rate", "Runs are hidden from raters, and a run from anyone rating it in an "
+                        "unfinished session: its models and answers would tell which system wrote what.",
+                        "Finish your rating session; an admin sees every run.", back=("/ratings", "Your rating sessions"))
+
+
 def resolve(request: Request, ref: str) -> tuple[str | None, Any]:
-    """(run id, None) for a full id, a unique prefix or 'last'; (None, a 404/400 page) otherwise."""
+    """(run id, None) for a full id, a unique prefix or 'last'; (None, a 404/400/403 page) otherwise."""
     store = request.app.state.store
+    hidden = blinded_runs(request)
+    if hidden is ALL_RUNS:
+        return None, hidden_page(request)
     try:
-        return store.resolve_run_id(ref), None
+        found = store.resolve_run_id(ref)
+        return (found, None) if found not in hidden else (None, hidden_page(request))
     except UsageError as exc:
         if exc.problem.startswith("No run"):
             return None, problem_page(request, 404, "No such run", f"There is no run '{visible(ref)}' in this store.",
@@ -175,7 +204,10 @@ def runs_list(request: Request, limit: str = Query(str(LIST_LIMIT))):
                             back=("/runs", "All runs"))
     count = min(count, MAX_LIST_LIMIT)
     store = request.app.state.store
-    rows = store.list_runs(limit=count + 1)
+    hidden = blinded_runs(request)
+    if hidden is ALL_RUNS:
+        return hidden_page(request)
+    rows = [r for r in store.list_runs(limit=count + 1 + len(hidden)) if r["id"] not in hidden][: count + 1]
     more = len(rows) > count
     runs = []
     for r in rows[:count]:
@@ -495,5 +527,6 @@ def report_page(request: Request, run_id: str, score: str | None = Query(None), 
     from medpanel.rating.report import rating_section_html
     from medpanel.runs.report_html import render_report_body
 
-    body = render_report_body(store, [found], score=score or None, seed=seed_no, extra=rating_section_html(store, [found]))
+    ratings = rating_section_html(store, [found]) if request.state.user.is_admin else ""  # unblinded results: admins only
+    body = render_report_body(store, [found], score=score or None, seed=seed_no, extra=ratings)
     return render(request, "runs/report.html", run=header, body=body)
