@@ -354,3 +354,41 @@ def test_ctrl_c_ends_the_server_with_a_live_page_open(tmp_path):
                 serve.kill()
     runs = Store(store).list_runs()
     assert [r["status"] for r in runs] == ["interrupted"]
+
+
+def test_colleagues_take_seats_and_answer_from_their_own_pages(tmp_path):
+    """The one who starts a board seats colleagues (users of this server); each answers for their own seat only."""
+    from medpanel.web import auth
+
+    replies = [{"presentation": "Localized prostate cancer.", "specialists": ["Radiologist", "Urologist"]},
+               {"next_speaker": "Radiologist", "question": "The MRI?"}, {"next_speaker": "Urologist", "question": "Treatment?"},
+               {"next_speaker": "close the discussion", "question": ""}, {"conclusion": "Active surveillance."}]
+    app = web_app(tmp_path, seat_timeout_s=60, token="admin-token")
+    for name in ("Dr Lee", "Dr Kim"):
+        app.state.store.add_user(name, "clinician", auth.token_hash(name.replace(" ", "-")))
+    app.state.store.add_user("Dr Rao", "rater", auth.token_hash("Dr-Rao"))
+    with serving(app) as base:
+        def client(token: str) -> httpx.Client:
+            return httpx.Client(base_url=base, timeout=30, headers={"Authorization": f"Bearer {token}"})
+
+        admin, lee, kim = client("admin-token"), client("Dr-Lee"), client("Dr-Kim")
+        form = {"folder": "prostate", "protocol": "board-live", "models": replies_file(tmp_path, replies), "max_turns": "4"}
+        for people, message in (("Urologist=Dr Rao", "not a clinician"), ("Urologist=Nobody", "not a clinician"),
+                                ("Surgeon=Dr Lee", "no seat 'Surgeon'"), ("Urologist=Dr Lee\nUrologist=Dr Kim", "two people")):
+            refused = admin.post("/deliberations", data={**form, "seat_people": people})
+            assert refused.status_code == 400 and message in refused.json()["error"], people
+        started = admin.post("/deliberations", data={**form, "seat_people": "Radiologist=Dr Lee\nUrologist=Dr Kim"})
+        where = started.headers["location"]
+        assert "Dr Lee as Radiologist, Dr Kim as Urologist" in admin.get(where).text
+        box = wait_for_turn(lee, where)
+        assert "Your turn" not in kim.get(where + "/ask").text  # not Kim's turn
+        assert kim.post(where + "/answer", data={"__question": qid(box), "text": "not mine"}).status_code == 400
+        lee.post(where + "/answer", data={"__question": qid(box), "text": "PI-RADS 4 at the right base."})
+        box = wait_for_turn(kim, where)
+        kim.post(where + "/answer", data={"__question": qid(box), "text": "Surveillance is reasonable."})
+        page = wait_status(admin, where, {"done"})
+        for c in (admin, lee, kim):
+            c.close()
+    run_id = page.split('href="/runs/')[1].split('"')[0]
+    said = {e["speaker"]: e["text"] for e in app.state.store.events(run_id, "prostate-gg2-right-base") if e["kind"] == "turn"}
+    assert said["Radiologist"] == "PI-RADS 4 at the right base." and said["Urologist"] == "Surveillance is reasonable."

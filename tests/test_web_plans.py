@@ -95,3 +95,16 @@ async def test_a_persons_seat_is_shown_its_brief_and_each_question_apart():
         d.answer(asked[1].id, "Dr Lee", "again")
     d.answer(asked[0].id, "Dr Lee", "Three days.")
     assert (await one).text == "Three days."
+
+
+def test_colleagues_are_seated_as_the_starter_is():
+    both = make_plan(CASE, "x", "consult", ["m1"], "Physician", "", 6, "Assistant=Dr Kim", me="Dr Lee")
+    assert both.models == ["human:Physician", "human:Assistant"] and both.people == {"Physician": "Dr Lee", "Assistant": "Dr Kim"}
+    board = make_plan(CASE, "x", "board-live", ["local"], "", "", 6, "Moderator=Dr Kim\nUrologist=Dr Lee")
+    assert board.roles == {"moderator": "human:Moderator", "Urologist": "human:Urologist"}
+    osce = make_plan(CASE, "x", "osce", ["m1"], "Doctor", "", 6, "Patient=Dr Kim", me="Dr Lee")
+    assert osce.models == ["human:Doctor"] and osce.roles == {"moderator": "m1", "judge": "m1", "patient": "human:Patient"}
+    with pytest.raises(UsageError, match="both your seat and Dr Kim's"):
+        make_plan(CASE, "x", "consult", ["m1"], "Physician", "", 6, "Physician=Dr Kim")
+    with pytest.raises(UsageError, match="not SEAT=PERSON"):
+        make_plan(CASE, "x", "consult", ["m1"], "", "", 6, "Physician Dr Kim")

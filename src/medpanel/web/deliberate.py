@@ -60,13 +60,24 @@ async def start(request: Request):
     case, dataset, folder = await read_case(request, form, text)
     try:
         plan = plans.make_plan(case, dataset, text.get("protocol", "board-live"), models, text.get("seat", ""),
-                               text.get("seat_models", ""), max_turns)
+                               text.get("seat_models", ""), max_turns, text.get("seat_people", ""), request.state.user.name)
+        check_people(request, plan.people)
         deliberation = _deliberations(request).start(plan, request.state.user.name)
     except UsageError:
         if folder is not None:  # an upload whose deliberation could not start is not kept
             shutil.rmtree(folder, ignore_errors=True)
         raise
     return RedirectResponse(f"/deliberations/{deliberation.id}", status_code=303)
+
+
+def check_people(request: Request, people: dict[str, str]) -> None:
+    """Colleagues are seated only if they can sign in here as a clinician or an admin (a rater rates blind)."""
+    me = request.state.user.name
+    known = {row["name"]: row["role"] for row in request.app.state.store.users()}
+    for seat, person in people.items():
+        if person != me and known.get(person) not in ("clinician", "admin"):
+            raise UsageError(f"{person[:80]} cannot take the {seat}: they are not a clinician of this server.",
+                             "Seat a clinician added with `medpanel users add NAME --role clinician` (they sign in with their token).")
 
 
 async def read_case(request: Request, form, text: dict[str, str]):

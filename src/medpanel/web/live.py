@@ -51,6 +51,7 @@ class Plan:
     settings: dict
     seat: str | None  # the seat the person who started it takes (None: only models)
     dataset: str  # how the case was named (stored with the run)
+    people: dict[str, str] = field(default_factory=dict)  # seat title -> the user in it (the starter's own seat included)
 
 
 @dataclass
@@ -175,7 +176,7 @@ class Deliberation:
         self._loop_thread = threading.get_ident()
         plan = self.plan
         self.context.on_event = self.on_event
-        self.context.human_seat = lambda title, runtime: WebSeat(title, self, self.started_by, runtime)
+        self.context.human_seat = lambda title, runtime: WebSeat(title, self, plan.people.get(title, self.started_by), runtime)
         self.context.cancel_event = asyncio.Event()
         runtime = Runtime(cache=store, timeout_s=self.config.timeout_s)
         config = RunConfig(dataset=plan.dataset, protocol=plan.protocol, models=plan.models, settings=plan.settings, roles=plan.roles)

@@ -82,27 +82,57 @@ def seat_models(text: str) -> dict[str, str]:
     return roles
 
 
-def make_plan(case: Case, dataset: str, protocol: str, models: list[str], seat: str, seats_text: str, max_turns: int) -> Plan:
+def seat_people(text: str) -> dict[str, str]:
+    """'SEAT=PERSON' lines: a colleague (a user of this server) seated by the one who starts the deliberation."""
+    people: dict[str, str] = {}
+    for line in filter(str.strip, text.splitlines()):
+        seat, sep, person = line.partition("=")
+        if not sep or not seat.strip() or not person.strip():
+            raise UsageError(f"'{line.strip()[:80]}' is not SEAT=PERSON.", "Write one seat per line, e.g. Urologist=Dr Ada Lee.")
+        if seat.strip() in people:
+            raise UsageError(f"The {seat.strip()} is given two people.", "Seat one person per seat.")
+        people[seat.strip()] = person.strip()
+    return people
+
+
+def seat_person(protocol: str, seat: str, models: list[str], roles: dict[str, str], first_model: str) -> list[str]:
+    """Put a person in `seat`, as the CLI names one (`human:<Title>`): a role of the board or the OSCE's patient, or
+    one of the consult's two chairs or the OSCE's doctors (seats). Returns the seats; `roles` is changed in place."""
+    if protocol == "board-live":
+        roles["moderator" if seat == MODERATOR else seat] = f"human:{seat}"
+    elif seat == "Patient":
+        roles["patient"] = "human:Patient"
+    elif seat in ("Physician", "Assistant"):  # the consult's chairs are its two seats: a person's chair beside a model's
+        chairs = [models[0], models[1] if len(models) > 1 else models[0]]
+        chairs[0 if seat == "Physician" else 1] = f"human:{seat}"
+        return chairs
+    elif seat == "Doctor":  # the OSCE's doctor is the panel: one person; the triage and the grading stay with a model
+        roles["moderator"] = roles["judge"] = first_model
+        return ["human:Doctor"]
+    return models
+
+
+def make_plan(case: Case, dataset: str, protocol: str, models: list[str], seat: str, seats_text: str, max_turns: int,
+              people_text: str = "", me: str = "local") -> Plan:
+    """The plan; `seat` is the starter's own (they are `me`), `people_text` seats colleagues (SEAT=PERSON lines)."""
     if protocol not in PROTOCOLS:
         raise UsageError(f"Unknown protocol '{protocol}'.", f"Choose one of: {', '.join(PROTOCOLS)}.")
-    seat = seat.strip()
-    if seat and seat not in seat_choices(protocol):
-        choices = ", ".join(seat_choices(protocol)) or "none (only models deliberate)"
-        raise UsageError(f"There is no seat '{seat}' in {protocol}.", f"Seats a person can take here: {choices}.")
+    people = seat_people(people_text)
+    if seat.strip():
+        if seat.strip() in people:
+            raise UsageError(f"The {seat.strip()} is both your seat and {people[seat.strip()]}'s.", "Seat one person per seat.")
+        people = {seat.strip(): me, **people}
+    for name in people:
+        if name not in seat_choices(protocol):
+            choices = ", ".join(seat_choices(protocol)) or "none (only models deliberate)"
+            raise UsageError(f"There is no seat '{name[:80]}' in {protocol}.", f"Seats a person can take here: {choices}.")
     if not 1 <= max_turns <= MAX_TURNS:
         raise UsageError(f"{max_turns} turns is outside 1 to {MAX_TURNS}.", "Choose a smaller number of turns.")
     spec = get_protocol(protocol)
     roles = seat_models(seats_text) if protocol == "board-live" else {}
     settings = {"max_turns": max_turns} if "max_turns" in spec.settings.model_fields else {}
-    if seat and protocol == "board-live":
-        roles["moderator" if seat == MODERATOR else seat] = f"human:{seat}"
-    elif seat == "Patient":
-        roles["patient"] = "human:Patient"
-    elif seat == "Physician":  # the consult's chairs are its two seats: a person's chair beside a model's
-        models = ["human:Physician", models[1] if len(models) > 1 else models[0]]
-    elif seat == "Assistant":
-        models = [models[0], "human:Assistant"]
-    elif seat == "Doctor":  # the OSCE's doctor is the panel: one person; the triage and the grading stay with a model
-        roles["moderator"] = roles["judge"] = models[0]
-        models = ["human:Doctor"]
-    return Plan(case=case, protocol=protocol, models=models, roles=roles, settings=settings, seat=seat or None, dataset=dataset)
+    first_model = models[0]
+    for name in people:
+        models = seat_person(protocol, name, models, roles, first_model)
+    return Plan(case=case, protocol=protocol, models=models, roles=roles, settings=settings, seat=seat.strip() or None,
+                dataset=dataset, people=people)
