@@ -410,29 +410,26 @@ def test_a_recommendation_naming_most_of_the_menu_is_a_copied_list(sentence, lis
     assert board_small.lists_options(sentence, board_small.menu_for(site)) is lists
 
 
-async def test_a_plan_that_copies_the_menu_is_asked_again():
-    case = load_case(ROOT / "examples" / "prostate")
-    listed = "The board recommends active surveillance, radical prostatectomy, brachytherapy and surgery. He is seen in a month."
-    chosen = "The board recommends radical prostatectomy with nerve sparing. He is seen in a month."
-    plans = iter([{"plan": listed}, {"plan": chosen}])
+LISTED_PLAN = "The board recommends active surveillance, radical prostatectomy, brachytherapy and surgery. He is seen in a month."
+
+
+async def small_board_planning(*plans: str):
+    """The prostate board on a small scripted model whose plan attempts are `plans`, in order."""
+    queue = iter({"plan": plan} for plan in plans)
 
     def respond(request):
         role = asked_role(request)
-        return next(plans) if role is None else {"answer": [own_sentence(role)]}
+        return next(queue) if role is None else {"answer": [own_sentence(role)]}
 
-    outcome = await get_protocol("board").run(case, Panel.of([ScriptedModel(responder=respond, runtime=Runtime(), small=True)]), BoardSettings())
-    assert outcome.answer == chosen
+    case = load_case(ROOT / "examples" / "prostate")
+    return await get_protocol("board").run(case, Panel.of([ScriptedModel(responder=respond, runtime=Runtime(), small=True)]), BoardSettings())
+
+
+async def test_a_plan_that_copies_the_menu_is_asked_again():
+    chosen = "The board recommends radical prostatectomy with nerve sparing. He is seen in a month."
+    assert (await small_board_planning(LISTED_PLAN, chosen)).answer == chosen
 
 
 async def test_when_both_plans_fail_the_one_meeting_more_checks_is_kept():
-    case = load_case(ROOT / "examples" / "prostate")
-    listed = "The board recommends active surveillance, radical prostatectomy, brachytherapy and surgery. He is seen in a month."
     dangling = "The board recommends active surveillance, radical prostatectomy, brachytherapy and surgery. He is then on the."
-    plans = iter([{"plan": listed}, {"plan": dangling}])
-
-    def respond(request):
-        role = asked_role(request)
-        return next(plans) if role is None else {"answer": [own_sentence(role)]}
-
-    outcome = await get_protocol("board").run(case, Panel.of([ScriptedModel(responder=respond, runtime=Runtime(), small=True)]), BoardSettings())
-    assert outcome.answer == listed  # lists the menu; the second also stops mid-phrase, so it meets fewer checks
+    assert (await small_board_planning(LISTED_PLAN, dangling)).answer == LISTED_PLAN  # lists the menu; the second also stops mid-phrase, so it meets fewer checks

@@ -110,7 +110,8 @@ def test_live_board_streams_turns_in_order_and_waits_for_the_person(tmp_path):
         box = wait_for_turn(client, where)
         assert "What does the MRI show?" in box and 'name="text"' in box
         time.sleep(0.3)
-        assert not any('data-speaker="Urologist"' in data for _, data in events)  # the board waits for the person
+        assert any('data-speaker="Moderator"' in data for _, data in events)  # the stream is being read...
+        assert not any('data-speaker="Urologist"' in data for _, data in events)  # ...and the board waits for the person
         answered = client.post(where + "/answer", data={"__question": qid(box), "text": HUMAN_ANSWER})
         assert answered.status_code == 200 and "was sent" in answered.text
         again = client.post(where + "/answer", data={"__question": qid(box), "text": "twice"})
@@ -374,7 +375,7 @@ def test_colleagues_take_seats_and_answer_from_their_own_pages(tmp_path):
         admin, lee, kim = client("admin-token"), client("Dr-Lee"), client("Dr-Kim")
         form = {"folder": "prostate", "protocol": "board-live", "models": replies_file(tmp_path, replies), "max_turns": "4"}
         for people, message in (("Urologist=Dr Rao", "not a clinician"), ("Urologist=Nobody", "not a clinician"),
-                                ("Surgeon=Dr Lee", "no seat 'Surgeon'"), ("Urologist=Dr Lee\nUrologist=Dr Kim", "two people")):
+                                ("Surgeon=Dr Lee", "no seat 'Surgeon'"), ("Urologist=Dr Lee\nUrologist=Dr Kim", "given twice")):
             refused = admin.post("/deliberations", data={**form, "seat_people": people})
             assert refused.status_code == 400 and message in refused.json()["error"], people
         started = admin.post("/deliberations", data={**form, "seat_people": "Radiologist=Dr Lee\nUrologist=Dr Kim"})

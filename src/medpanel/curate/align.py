@@ -56,7 +56,6 @@ def slide_at(start: float, end: float, slides: Sequence[SlideShown]) -> tuple[st
         _check(slide.shown_from, slide.shown_to, f"Slide {slide.slide_id}")
         if start == end:
             covers = slide.shown_from <= start < slide.shown_to
-            overlap = 0.0
             if covers and (best[0] is None or slide.shown_from < best_from):
                 best, best_from = (slide.slide_id, 0.0), slide.shown_from
             continue

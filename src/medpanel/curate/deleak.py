@@ -69,9 +69,6 @@ def _prepared(text: str) -> str:
     return unicodedata.normalize("NFKC", text).translate(_TYPOGRAPHY)
 
 
-def normalise(text: str) -> str:
-    return _prepared(text).casefold()
-
 
 def words(text: str) -> list[Word]:
     """The words of `text` (see the module docstring), each with its character span and clause number;

@@ -16,7 +16,6 @@ agreement tables (judge_agreement.py).
 
 from __future__ import annotations
 
-import html
 import itertools
 from typing import Any
 
@@ -26,6 +25,7 @@ from medpanel.rating.judge_agreement import judge_agreement
 from medpanel.rating.rubrics import PICK_BEST
 from medpanel.rating.sessions import Session, load, progress_of
 from medpanel.runs.store import Store
+from medpanel.runs.report_html import esc
 
 MAX_PERMUTATIONS = 10_000
 
@@ -138,7 +138,8 @@ def rating_summary(store: Store, session_id: str) -> dict[str, Any]:
 
 
 def _e(value: Any) -> str:
-    return html.escape("" if value is None else str(value), quote=True)
+    """As the report it sits in escapes: control characters visible, keys redacted, then HTML-escaped."""
+    return esc("" if value is None else value)
 
 
 def _num(value: float | None, digits: int = 3) -> str:

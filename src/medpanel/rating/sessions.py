@@ -462,13 +462,11 @@ def record(store: Store, session_id: str, rater: str, item: int, form: Mapping[s
     pick-best "best" = a letter). Every asked cell must be answered, on its scale; nothing else may be.
     Returns the number of ratings stored. AlreadyRated when the rater rated this item before."""
     session = load(store, session_id)
-    roles = [role for n, role in session.tasks(rater) if n == item]
-    if not roles:
-        if session.rated(item, rater):
-            raise rstore.AlreadyRated(f"{rater} has already rated item {item} of this session.", "Go on to the next item.")
-        raise UsageError(f"{rater} is not asked to rate item {item} of this session.", "Open the session's page to get your next item.")
     if session.rated(item, rater):
         raise rstore.AlreadyRated(f"{rater} has already rated item {item} of this session.", "Go on to the next item.")
+    roles = [role for n, role in session.tasks(rater) if n == item]
+    if not roles:
+        raise UsageError(f"{rater} is not asked to rate item {item} of this session.", "Open the session's page to get your next item.")
     task = session.task(rater, item, roles[0], 0, 0)
     system_of = {a["letter"]: a["system"] for a in session.answers[item]}
     rows: list[tuple[int, str, int]] = []

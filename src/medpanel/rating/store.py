@@ -113,8 +113,6 @@ def session_ratings(store: Store, session_id: str) -> list[dict[str, Any]]:
     return [dict(r) for r in rows]
 
 
-def rated_items(store: Store, session_id: str, rater: str) -> set[int]:
-    return {r["item"] for r in store._query("SELECT DISTINCT item FROM ratings WHERE session_id = ? AND rater = ?", (session_id, rater))}
 
 
 def insert_ratings(store: Store, session_id: str, rater: str, item: int, role: str, values: list[tuple[int, str, int]]) -> None:
@@ -129,5 +127,5 @@ def insert_ratings(store: Store, session_id: str, rater: str, item: int, role: s
         raise AlreadyRated(f"{rater} has already rated item {item} of this session.", "Ratings are final once given: go on to the next item.") from None
 
 
-__all__ = ["AlreadyRated", "get_session", "insert_ratings", "insert_session", "list_sessions", "rated_items", "resolve_session_id",
+__all__ = ["AlreadyRated", "get_session", "insert_ratings", "insert_session", "list_sessions", "resolve_session_id",
            "session_answers", "session_items", "session_ratings", "session_systems", "sessions_of_runs"]

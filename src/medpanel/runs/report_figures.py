@@ -43,11 +43,9 @@ def dataset_keys(run: dict) -> dict[str, str] | None:
     try:
         from medpanel.cases import load_dataset
         from medpanel.protocols import get_protocol
+        from medpanel.runs.runner import expand_items
 
-        cases = load_dataset(run["dataset"])
-        spec = get_protocol(run["protocol"])
-        if spec.expand is not None:
-            cases = [item for case in cases for item in spec.expand(case)]
+        cases = expand_items(get_protocol(run["protocol"]), load_dataset(run["dataset"]))
         return {case.id: case.reference.answer for case in cases if case.reference is not None and case.reference.answer}
     except Exception:  # noqa: BLE001 - whatever stops the dataset loading, the scores still tell most of the key
         return None
@@ -244,12 +242,18 @@ def type_score(typed: list[RunData], score: str | None) -> str | None:
 def gather(store: Store, runs: list[RunData], score: str | None) -> list[RunFigures]:
     """Each run's figure data: turns per item, debate flows and shifts, a score per question type."""
     out, outcomes = [], {}
+    key_books: dict[tuple[str, str], dict[str, str] | None] = {}  # one reading of each dataset, however many runs use it
     for data in runs:
         figures = RunFigures(data.label, data.run["protocol"])
         done = [i for i in data.items if i["status"] == "done"]
         debate = figures.protocol in DEBATE_PROTOCOLS
         ends, turns = [], []
-        keys = dataset_keys(data.run) if debate and done else None
+        keys = None
+        if debate and done:
+            book = (data.run["dataset"], data.run["protocol"])
+            if book not in key_books:
+                key_books[book] = dataset_keys(data.run)
+            keys = key_books[book]
         keyed = Counter()
         for item in done:
             events = store.events(data.id, item["item_id"], item["repeat"])

@@ -89,13 +89,12 @@ MAX_PROBLEM_CHARS = 600
 def shown_problem(problem: str, config: WebConfig) -> str:
     """An error as a page shows it: the server's folders left out (an upload is 'the upload'), and bounded (it may
     repeat what a form sent)."""
-    from medpanel.web.deliberate import uploads_dir
-
-    problem = problem.replace(str(uploads_dir(config).resolve()), "[uploads]").replace(str(uploads_dir(config)), "[uploads]")
+    folder = config.upload_folder
+    problem = problem.replace(str(folder.resolve()), "[uploads]").replace(str(folder), "[uploads]")
     return problem if len(problem) <= MAX_PROBLEM_CHARS else problem[:MAX_PROBLEM_CHARS] + " [...]"
 
 
-LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1", "[::1]"}
+LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 
 
@@ -104,7 +103,7 @@ def foreign_request(request: Request, config: WebConfig) -> str | None:
     needs no sign-in, so the Host must name this machine (no DNS rebinding) and a form may be posted only from
     this app's own pages (no cross-site request forgery); with a token the SameSite cookie covers the second,
     and the Origin check still applies."""
-    host = request.headers.get("host", "").rsplit(":", 1)[0] if not request.headers.get("host", "").endswith("]") else request.headers["host"]
+    host = request.url.hostname or ""  # from the Host header, without its port (IPv6 without brackets)
     if not config.needs_token and host not in LOOPBACK_NAMES:
         return f"This medpanel server answers on loopback only; '{host}' is not this machine's name."
     if request.method not in SAFE_METHODS:

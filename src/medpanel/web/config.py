@@ -42,6 +42,15 @@ class WebConfig:
     extra: dict = field(default_factory=dict)
 
     @property
+    def upload_folder(self) -> Path:
+        """Where uploaded cases are kept: `uploads_dir`, else `uploads/` beside the store."""
+        if self.uploads_dir is not None:
+            return Path(self.uploads_dir)
+        from medpanel.runs.store import default_store_path
+
+        return Path(self.store_path or default_store_path()).parent / "uploads"
+
+    @property
     def models(self) -> list[str]:
         """The specs the start form offers: the default model, then the allowed ones."""
         return list(dict.fromkeys([self.default_model, *self.allowed_models]))

@@ -17,7 +17,7 @@ from medpanel.web.auth import Forbidden
 from medpanel.web.live import Deliberation
 from medpanel.web.seat import answer_text, seconds_left
 from medpanel.web.templating import fragment, render
-from medpanel.web.uploads import read_bounded, save_case
+from medpanel.web.uploads import MAX_IMAGES, read_bounded, save_case
 
 router = APIRouter()
 
@@ -49,7 +49,7 @@ async def start(request: Request):
     if request.state.user.role not in ("clinician", "admin"):
         raise Forbidden(f"{request.state.user.name} signed in as a {request.state.user.role}: only a clinician or an admin starts a deliberation.",
                         "Ask an admin to add you as a clinician (medpanel users add NAME --role clinician).")
-    form = await request.form(max_files=plans_max_files(), max_fields=50, max_part_size=config.max_upload_bytes + 1)
+    form = await request.form(max_files=MAX_IMAGES + 1, max_fields=50, max_part_size=config.max_upload_bytes + 1)
     text = {k: v for k, v in form.items() if isinstance(v, str)}
     try:
         max_turns = int(text.get("max_turns") or 6)
@@ -92,26 +92,12 @@ async def read_case(request: Request, form, text: dict[str, str]):
         return case, dataset, None
     case_file = await read_bounded(upload, MAX_CASE_FILE_BYTES)
     images = [await read_bounded(f, config.max_upload_bytes) for f in slides]
-    folder = save_case(uploads_dir(config), case_file, images)
+    folder = save_case(config.upload_folder, case_file, images)
     try:
         return load_case(folder), str(folder), folder
     except UsageError:
         shutil.rmtree(folder, ignore_errors=True)  # a case the loader refuses is not kept
         raise
-
-
-def plans_max_files() -> int:
-    from medpanel.web.uploads import MAX_IMAGES
-
-    return MAX_IMAGES + 1
-
-
-def uploads_dir(config) -> Path:
-    if config.uploads_dir is not None:
-        return Path(config.uploads_dir)
-    from medpanel.runs.store import default_store_path
-
-    return Path(config.store_path or default_store_path()).parent / "uploads"
 
 
 @router.get("/deliberations")

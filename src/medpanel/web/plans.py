@@ -71,28 +71,28 @@ def check_models(specs: list[str], allowed: list[str]) -> None:
                              f"Choose from: {', '.join(allowed)} (the server's admin adds others with --allow-model).")
 
 
+def assignments(text: str, form: str, example: str) -> dict[str, str]:
+    """'LEFT=RIGHT' lines, one seat each (`form` names them in the error, e.g. ROLE=MODEL)."""
+    pairs: dict[str, str] = {}
+    for line in filter(str.strip, text.splitlines()):
+        left, sep, right = (part.strip() for part in line.partition("="))
+        if not sep or not left or not right:
+            raise UsageError(f"'{line.strip()[:80]}' is not {form}.", f"Write one seat per line, e.g. {example}.")
+        if left in pairs:
+            raise UsageError(f"The {left[:80]} is given twice.", "Give each seat once.")
+        pairs[left] = right
+    return pairs
+
+
 def seat_models(text: str) -> dict[str, str]:
     """'ROLE=MODEL' lines: a board role given its own model."""
-    roles: dict[str, str] = {}
-    for line in filter(str.strip, text.splitlines()):
-        title, sep, spec = line.partition("=")
-        if not sep or not title.strip() or not spec.strip():
-            raise UsageError(f"'{line.strip()}' is not ROLE=MODEL.", "Write one seat per line, e.g. Radiologist=local.")
-        roles["moderator" if title.strip().lower() == "moderator" else title.strip()] = spec.strip()
-    return roles
+    return {"moderator" if role.lower() == "moderator" else role: spec
+            for role, spec in assignments(text, "ROLE=MODEL", "Radiologist=local").items()}
 
 
 def seat_people(text: str) -> dict[str, str]:
     """'SEAT=PERSON' lines: a colleague (a user of this server) seated by the one who starts the deliberation."""
-    people: dict[str, str] = {}
-    for line in filter(str.strip, text.splitlines()):
-        seat, sep, person = line.partition("=")
-        if not sep or not seat.strip() or not person.strip():
-            raise UsageError(f"'{line.strip()[:80]}' is not SEAT=PERSON.", "Write one seat per line, e.g. Urologist=Dr Ada Lee.")
-        if seat.strip() in people:
-            raise UsageError(f"The {seat.strip()} is given two people.", "Seat one person per seat.")
-        people[seat.strip()] = person.strip()
-    return people
+    return assignments(text, "SEAT=PERSON", "Urologist=Dr Ada Lee")
 
 
 def seat_person(protocol: str, seat: str, models: list[str], roles: dict[str, str], first_model: str) -> list[str]:

@@ -23,22 +23,13 @@ from medpanel.literal import visible
 from medpanel.rating import sessions as rs
 from medpanel.rating import store as rstore
 from medpanel.web.templating import render
+from medpanel.web.runs import literal
 
 router = APIRouter()
 
 
 def _problem(request: Request, status: int, title: str, problem: str, fix: str = ""):
     return render(request, "rating/problem.html", status_code=status, title=title, problem=problem, fix=fix)
-
-
-def _visible(value: Any) -> Any:
-    if isinstance(value, str):
-        return visible(value)
-    if isinstance(value, dict):
-        return {k: _visible(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_visible(v) for v in value]
-    return value
 
 
 def _session(request: Request, session_id: str):
@@ -69,17 +60,17 @@ def _my_session(request: Request, session_id: str):
 @router.get("/ratings")
 async def sessions_page(request: Request):
     store, user = request.app.state.store, request.state.user
-    rows = rs.sessions_for(store, None if user.is_admin else user.name)
-    for row in rows:  # what the signed-in person has open in each (an admin may rate too)
+    rows = rs.sessions_for(store, None if user.is_admin else user.name)  # a person's own rows come with what they have open
+    for row in rows if user.is_admin else []:  # an admin sees every session, and may rate in some
         session = rs.load(store, row["session_id"])
         if user.name in rs.people(session):
-            row["mine"] = row.get("mine") or row["raters"].get(user.name)
+            row["mine"] = row["raters"].get(user.name)
             row["open"] = sum(not session.rated(n, user.name) for n, _ in session.tasks(user.name))
     return render(request, "rating/list.html", sessions=rows)
 
 
 def _item_page(request: Request, task: rs.Task, error: str | None = None, status: int = 200):
-    prompt = _visible(task.prompt)
+    prompt = literal(task.prompt)
     answers = [rs.ShownAnswer(a.letter, visible(a.text)) for a in task.answers]
     return render(request, "rating/item.html", status_code=status, task=task, prompt=prompt, answers=answers, error=error,
                   session_id=task.session_id)
@@ -136,5 +127,5 @@ async def results(request: Request, session_id: str):
     session, problem = _session(request, session_id)
     if problem:
         return problem
-    summary = _visible(rating_summary(request.app.state.store, session.id))
+    summary = literal(rating_summary(request.app.state.store, session.id))
     return render(request, "rating/results.html", s=summary)

@@ -382,7 +382,7 @@ def event_view(event: dict) -> dict:
     }
 
 
-def is_debate(protocol: str, outcome: dict | None, events: list[dict]) -> bool:
+def is_debate(protocol: str, outcome: dict | None) -> bool:
     data = (outcome or {}).get("data") or {}
     return protocol == "debate" or (isinstance(data.get("rounds"), list) and "seats" in data and "decision" in data)
 
@@ -425,14 +425,14 @@ def debate_summary(outcome: dict | None, events: list[dict]) -> dict:
                      "agreed": bool(r.get("consensus")), "agreed_on": r.get("consensus_choice")})
     decision = data.get("decision") or {}
     return {"seats": [{"seat": s, "model": models.get(s, "")} for s in seats], "rows": rows,
-            "decision": decision_text(decision, len(rows) - 1) if decision else None,
+            "decision": decision_text(decision) if decision else None,
             "votes": sorted((decision.get("votes") or {}).items()),
             "shifts": data.get("shifts") if isinstance(data.get("shifts"), list) else
             [(e.get("data") or {}).get("shift") for e in events if e.get("kind") == "note" and (e.get("data") or {}).get("shift")],
             "complete": bool(data)}
 
 
-def decision_text(decision: dict, last_round: int) -> str:
+def decision_text(decision: dict) -> str:
     method, answer, rnd = decision.get("method"), decision.get("answer"), decision.get("round")
     votes = " · ".join(f"{c} {n}" for c, n in sorted((decision.get("votes") or {}).items()))
     tied = ", ".join(decision.get("tied") or [])
@@ -496,7 +496,7 @@ def item_page(request: Request, run_id: str, item_id: str, repeat: str = Query("
     events = store.events(found, item_id, number)
     scores = [{"name": r["name"], "value": fmt(r["value"]), "kind": declared_kind(r["name"], run["protocol"]).describe()}
               for r in store.scores(found, item_id, number)]
-    debate = is_debate(run["protocol"], item["outcome"], events)
+    debate = is_debate(run["protocol"], item["outcome"])
     repeats = [{"repeat": i["repeat"], "url": item_url(found, item_id, i["repeat"]), "status": i["status"]} for i in items] if len(items) > 1 else []
     return render(
         request, "runs/item.html",
