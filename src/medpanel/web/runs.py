@@ -286,16 +286,16 @@ def run_header(store, run: dict) -> dict:
 
 @router.get("/runs/{run_id}")
 def run_page(request: Request, run_id: str, page: str = Query("1")):
-    from medpanel.runs.report import build_report
+    from medpanel.runs.report import load_runs, report_from_runs
     from medpanel.runs.summary import score_notes
 
     found, page_no, missing = resolve_with_number(request, run_id, page, "page", 1)
     if missing is not None:
         return missing
     store = request.app.state.store
-    run = store.get_run(found)
-    report = build_report(store, [found], seed=0)["runs"][0]
-    items = store.items(found)
+    loaded = load_runs(store, [found])[0]  # the run and its items read once, for the report and for the page
+    full = report_from_runs([loaded], seed=0)
+    run, items, report = loaded.run, loaded.items, full["runs"][0]
     by_item: dict[tuple[str, int], dict[str, float | None]] = defaultdict(dict)
     values: dict[str, list[float]] = defaultdict(list)
     for row in store.scores(found):
@@ -313,7 +313,7 @@ def run_page(request: Request, run_id: str, page: str = Query("1")):
         run=run_header(store, run),
         report=literal(report),
         scores=literal(score_rows(report)),
-        confidence=f"{0.95:.0%}",
+        confidence=f"{full['confidence']:.0%}",
         notes=literal(score_notes(values)),
         failures=literal(failure_groups(found, report, items)),
         items=literal(item_rows(found, shown, by_item, main)),
