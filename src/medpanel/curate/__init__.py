@@ -1,10 +1,11 @@
-"""Curation of recorded tumor-board meetings into cases, in model-free stages.
+"""Curation of recorded tumor-board meetings into cases (OpenTumorBoard, section 2.2; guide: docs/curation.md).
 
-Each stage is a pure function with one input and one output, so a later stage (transcription, slide
-capture, model calls) can be added in front without changing these:
+Stages with files between them, run by `pipeline.curate` (and `medpanel curate`):
 
-- `deleak.check_deletion` / `deleak.check_caption`: is a model's edit of a text deletion-only?
-- `align.link_utterances`: which slide was on screen while each utterance was spoken?
-- `split.split_by_recording`: train/dev/test by recording, 60/10/30, seeded.
-- `case_writer.write_case`: a curated case as a case folder `medpanel.cases.load_case` reads.
+- offline: `transcribe` (faster-whisper), `speakers` (resemblyzer or pyannote), `slides` (frames, the
+  slide heuristic, perceptual hashes, tesseract), `align` (utterance -> slide on screen);
+- model: `understand` (roles, case boundaries, captions), `extract` (summary, questions, discussion,
+  conclusion), `deleak_pass` (every edit checked by the validator in `deleak`); prompts in `prompts`;
+- output: `split` (60/10/30 by recording) and `case_writer` (the board case format);
+- `quality`: word and diarization error rates, slide recall and duplicates, alignment accuracy.
 """

@@ -45,10 +45,11 @@ def _check(start: float, end: float, what: str) -> None:
         raise ValueError(f"{what} ends ({end}) before it starts ({start}).")
 
 
-def slide_at(start: float, end: float, slides: Sequence[SlideShown]) -> tuple[str | None, float]:
+def slide_at(start: float, end: float, slides: Sequence[SlideShown], min_share: float = 0.0) -> tuple[str | None, float]:
     """The slide covering most of [start, end], with its overlap in seconds; on a tie the slide shown
     earlier (then the one listed first). A zero-length span takes the slide on screen at that instant.
-    None (overlap 0) when no slide overlaps the span."""
+    None (overlap 0) when no slide overlaps the span, or when the best covers less than `min_share` of it
+    (0, the released pipeline's rule: any overlap counts)."""
     _check(start, end, "The span")
     best: tuple[str | None, float] = (None, 0.0)
     best_from = float("inf")
@@ -64,10 +65,12 @@ def slide_at(start: float, end: float, slides: Sequence[SlideShown]) -> tuple[st
             continue
         if overlap > best[1] or (overlap == best[1] and slide.shown_from < best_from):
             best, best_from = (slide.slide_id, overlap), slide.shown_from
+    if start < end and best[1] < min_share * (end - start):
+        return None, 0.0
     return best
 
 
-def link_utterances(utterances: Sequence[Utterance], slides: Sequence[SlideShown]) -> list[Linked]:
+def link_utterances(utterances: Sequence[Utterance], slides: Sequence[SlideShown], min_share: float = 0.0) -> list[Linked]:
     """Each utterance, in the order given, with the slide on screen for most of it (see `slide_at`).
     Pure: the inputs are not changed, and the same inputs always give the same links."""
-    return [Linked(u, *slide_at(u.start, u.end, slides)) for u in utterances]
+    return [Linked(u, *slide_at(u.start, u.end, slides, min_share)) for u in utterances]

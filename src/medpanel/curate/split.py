@@ -62,3 +62,24 @@ def split_by_recording(cases: Sequence[T], recording_of: Callable[[T], str], see
     for case in cases:
         getattr(out, where[str(recording_of(case))]).append(case)
     return out
+
+
+def assign_recordings(recordings: Sequence[str], seed: int | str = 0, previous: dict[str, str] | None = None,
+                      ratios: Sequence[float] = RATIOS) -> dict[str, str]:
+    """Recording -> split. Without `previous`, as split_by_recording. With it (the assignment an earlier
+    run wrote), a recording placed before stays where it was, so adding or losing a recording never moves
+    another between train and test; each new one (in seeded order) goes to the split furthest below its
+    apportioned share of the new total."""
+    names = sorted(set(recordings))
+    kept = {r: s for r, s in (previous or {}).items() if r in names and s in SPLITS}
+    if not kept:
+        split = split_by_recording(names, lambda r: r, seed=seed, ratios=ratios)
+        return {r: name for name in SPLITS for r in split.recordings[name]}
+    target = dict(zip(SPLITS, apportion(len(names), ratios)))
+    count = {name: sum(1 for s in kept.values() if s == name) for name in SPLITS}
+    out = dict(kept)
+    for rec in sorted((r for r in names if r not in kept), key=lambda r: (_rank(seed, r), r)):
+        name = max(SPLITS, key=lambda n: (target[n] - count[n], -SPLITS.index(n)))
+        out[rec] = name
+        count[name] += 1
+    return out
