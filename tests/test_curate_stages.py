@@ -212,7 +212,58 @@ def test_stage_plumbing_recordings_ids_and_settings(tmp_path):
     with pytest.raises(UsageError, match="does not exist"):
         recordings(tmp_path / "missing.mp4")
     settings = CurateSettings(model="openai:x@http://127.0.0.1:1")
-    assert settings.stage_key("roles")["model"] == "openai:x@http://127.0.0.1:1" and settings.stage_key("align") == {}
-    assert len(settings.stage_key("deleak")["prompts"]) == 12  # the prompts' hash: editing a prompt reruns the model stages
+    assert settings.stage_key("roles")["model"] == "openai:x@http://127.0.0.1:1" and settings.stage_key("write") == {}
+    assert len(settings.stage_key("deleak")["code"]) == 12  # the model stages' code hash: an edit reruns them
+    assert settings.stage_key("align") == {"min_share": 0.25}
     assert "deleak" in dependents("roles") and "slides" not in dependents("audio")
     assert prompts.ROLES[0] == "Moderator" and len(prompts.ROLES) == 11 and len(prompts.TURN_TYPES) == 9
+
+
+def test_a_partial_stage_list_is_refused_when_an_input_is_missing_or_would_be_removed(tmp_path):
+    from medpanel.curate.pipeline import Recording, Tools
+
+    source = tmp_path / "m.mp4"
+    source.write_bytes(b"x")
+    recording = Recording("m", source, tmp_path / "out", Tools(CurateSettings(), None))
+    recording.save("audio", {"duration": 1.0, "segments": []})
+    recording.save("speakers", {"diarizer": "resemblyzer", "utterances": []})
+    recording.check_inputs(["roles"], redo=False)  # speakers is finished: fine
+    with pytest.raises(UsageError, match="would be removed when audio reruns"):
+        recording.check_inputs(["audio", "roles"], redo=True)  # audio reruns, which removes speakers' file
+    with pytest.raises(UsageError, match="the align stage reads the slides stage's output, which is missing"):
+        recording.check_inputs(["align"], redo=False)
+    recording.check_inputs(["audio", "speakers", "roles"], redo=True)  # every input chosen
+    assert recording.path("speakers").exists()  # checking touches nothing
+
+
+def _deleaked(case_id: str, summary: str) -> dict:
+    case = {"case_id": case_id, "span": {"first": 0, "last": 0, "start": 0.0, "end": 30.0}, "summary": summary, "slide_ids": [],
+            "questions": [], "discussion": [{"role": "Moderator", "speaker": "S1", "text": "A case.", "start": 0, "end": 30,
+                                             "slide_ids": []}], "conclusion": "Surgery."}
+    return {"stage": "deleak", "settings": {}, "data": [{"case": case, "captions": {}, "edits": []}]}
+
+
+def test_write_fails_a_recording_it_cannot_write_keeps_absent_ones_placed_and_owns_its_folder(tmp_path):
+    from medpanel.curate.pipeline import CASES_MARK, curate
+
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "new.mp4").write_bytes(b"x")
+    out = tmp_path / "out"
+    for rid, summary in (("good", "A woman had a lung mass."), ("empty", "")):
+        (out / "work" / rid).mkdir(parents=True)
+        (out / "work" / rid / "deleaked.json").write_text(json.dumps(_deleaked(f"{rid}-01", summary)))
+    (out / "work" / "broken").mkdir()
+    (out / "work" / "broken" / "deleaked.json").write_text("{not json")
+    (out / "split.json").write_text(json.dumps({"recordings": {"train": [], "dev": [], "test": ["gone"]}}))
+    report = asyncio.run(curate(source, out, stages=["write"]))
+    failed = {r.recording: (r.failed_stage, r.error) for r in report.failed}
+    assert set(failed) == {"empty", "broken"} and failed["empty"][0] == "write" and "no summary" in failed["empty"][1]
+    assert report.split["cases"]["train"] + report.split["cases"]["dev"] + report.split["cases"]["test"] == ["good-01"]
+    assert "gone" in report.split["recordings"]["test"] and "gone" in report.split["held"]  # absent, still placed
+    assert (out / "cases" / CASES_MARK).exists() and json.loads((out / "cases" / "split.json").read_text()) == report.split
+    # A cases folder this pipeline did not write is never replaced.
+    other = tmp_path / "other"
+    (other / "cases").mkdir(parents=True)
+    with pytest.raises(UsageError, match="was not written by medpanel curate"):
+        asyncio.run(curate(source, other, stages=["write"]))

@@ -100,6 +100,8 @@ async def extract_case(model: Any, case_id: str, span: CaseSpan, discussion: lis
     transcript = render(discussion)
     context = f"Transcript:\n{transcript}" + (f"\n\nSlides:\n{slides_text}" if slides_text else "")
     summary = (await ask(model, prompts.SUMMARY_SYSTEM, context, prompts.SummaryAnswer, max_tokens=400)).summary.strip()
+    if not summary:  # the model wrote nothing: the case as presented (its opening turn) is what the board heard
+        summary = discussion[0].text if discussion else ""
     questions: list[Question] = []
     for i, turn in enumerate(discussion):
         if len(questions) >= MAX_QUESTIONS:

@@ -24,6 +24,7 @@ that fails is marked failed with its stage and error, and the others go on.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -71,18 +72,24 @@ class CurateSettings:
             return {"diarization_model": self.diarization_model, **asdict(self.diarize)}
         if stage == "slides":
             return asdict(self.visual)
+        if stage == "align":
+            return {"min_share": MIN_SHARE}
         if stage in MODEL_STAGES:
-            return {"model": self.model, "prompts": prompts_version()}
+            return {"model": self.model, "code": model_stages_version()}
         return {}
 
 
-def prompts_version() -> str:
-    """A hash of the model stages' prompts and answer shapes: editing one reruns the model stages."""
+def model_stages_version() -> str:
+    """A hash of the model stages' code (prompts, answer shapes, checks, the validator): after an edit the
+    model stages run again, and the calls whose requests did not change are served from the cache."""
     import hashlib
 
-    from medpanel.curate import prompts
+    from medpanel.curate import deleak, deleak_pass, extract, prompts, understand
 
-    return hashlib.sha256(Path(prompts.__file__).read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256()
+    for module in (prompts, understand, extract, deleak, deleak_pass):
+        digest.update(Path(module.__file__).read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def dependents(stage: str) -> list[str]:
@@ -353,12 +360,22 @@ class Recording:
         return f"{cut} edit(s) applied, {refused} refused by the validator"
 
     def check_inputs(self, stages: list[str], redo: bool) -> None:
-        """Refuse, before anything runs, a stage whose input stage is neither chosen nor finished."""
+        """Refuse, before anything runs, a stage whose input stage is not chosen and either not finished
+        or about to be removed (a chosen stage it reads from will rerun)."""
+        rerun = [s for s in stages if redo or not self.up_to_date(s)]
+        removed = {later for s in rerun for later in dependents(s)}
         for stage in stages:
             for need in NEEDS[stage]:
-                if need != "write" and need not in stages and not self.up_to_date(need):
-                    raise UsageError(f"{self.rid}: the {stage} stage reads the {need} stage's output, which is missing or was made "
-                                     "with other settings.", f"Add {need} to --stages (or leave --stages out to run them all).")
+                if need in stages:
+                    continue
+                if not self.up_to_date(need):
+                    why = "is missing or was made with other settings"
+                elif need in removed:
+                    why = f"would be removed when {next(s for s in rerun if need in dependents(s))} reruns"
+                else:
+                    continue
+                raise UsageError(f"{self.rid}: the {stage} stage reads the {need} stage's output, which {why}.",
+                                 f"Add {need} to --stages (or leave --stages out to run them all).")
 
     async def run(self, stages: list[str], progress: Progress, redo: bool = False) -> RecordingResult:
         """Run the stages in order; on a failure the exception propagates with `self.result` saying
@@ -376,6 +393,7 @@ class Recording:
             self.invalidate_after(stage)
             done = getattr(self, f"run_{stage}")()
             message = (await done) if hasattr(done, "__await__") else done
+            await asyncio.sleep(0)  # a Ctrl-C during an offline stage (no await inside) stops here, not after every recording
             result.seconds[stage] = round(time.perf_counter() - started, 3)
             result.ran.append(stage)
             progress(self.rid, stage, f"{message} ({result.seconds[stage]:.1f} s)")
@@ -383,62 +401,80 @@ class Recording:
         return result
 
 
-def write_cases(out: Path, seed: int = 0, progress: Progress | None = None) -> dict:
+CASES_MARK = ".medpanel-curate"  # inside OUT/cases: the folder is this pipeline's to replace
+
+
+def write_cases(out: Path, seed: int = 0) -> tuple[dict, dict[str, str]]:
     """Every de-leaked recording under out/work (this run's and earlier ones'), split by recording, as
-    case folders under out/cases/<split>/. A recording placed by an earlier run keeps its split
-    (split.assign_recordings). A recording whose cases cannot be written is reported and left out."""
+    case folders under out/cases/<split>/; returns the manifest and the recordings that failed to write
+    (id -> error). A recording placed by an earlier run keeps its split, and so does one absent now
+    (listed as held), so no meeting moves between train and test across runs. Two work folders made
+    from one file (its id changed when a file with the same stem arrived) are written once."""
     from medpanel.curate.split import SPLITS, assign_recordings
 
-    progress = progress or (lambda rid, stage, message: None)
     manifest_path, cases_dir = out / "split.json", out / "cases"
-    if cases_dir.exists() and not manifest_path.is_file():
-        raise UsageError(f"{cases_dir} exists but was not written by medpanel curate (no {manifest_path.name}).",
+    if cases_dir.exists() and not (cases_dir / CASES_MARK).exists():
+        raise UsageError(f"{cases_dir} exists but was not written by medpanel curate.",
                          "Give --out a folder of its own, or move that cases folder away.")
     previous: dict[str, str] = {}
-    if manifest_path.is_file():
+    for path in (cases_dir / "split.json", manifest_path):  # the copy inside cases/ is the one a kill cannot leave stale
         try:
-            previous = {r: name for name, recs in read_json(manifest_path).get("recordings", {}).items() for r in recs}
-        except (OSError, ValueError, AttributeError):
-            previous = {}
+            previous = {r: name for name, recs in read_json(path).get("recordings", {}).items() for r in recs}
+            break
+        except (OSError, ValueError, AttributeError, TypeError):
+            continue
+    failed: dict[str, str] = {}
     found: dict[str, tuple[Path, list]] = {}
-    for folder in sorted(p for p in (out / "work").glob("*") if p.is_dir()):
+    sources: dict[str, str] = {}
+    folders = sorted((p for p in (out / "work").glob("*") if p.is_dir()), key=lambda p: -(p / "source.json").stat().st_mtime_ns
+                     if (p / "source.json").exists() else 0)
+    for folder in folders:  # newest claim first: of two folders of one file, the current id's wins
         path = folder / FILES["deleak"]
-        if path.is_file():
-            try:
-                found[folder.name] = (folder, read_json(path)["data"])
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                progress(folder.name, "write", f"failed: cannot read {path.name}: {exc}")
-    where = assign_recordings(list(found), seed, previous)
+        if not path.is_file():
+            continue
+        try:
+            source = (folder / "source.json").read_text() if (folder / "source.json").exists() else folder.name
+            if source in sources:
+                continue
+            sources[source] = folder.name
+            found[folder.name] = (folder, read_json(path)["data"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            failed[folder.name] = f"cannot read {path.name}: {exc}"
+    where = assign_recordings([*found, *(r for r in previous if r not in found and r not in failed)], seed, previous)
     staging = out / "cases.part"
     shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    (staging / CASES_MARK).write_text("written by medpanel curate; replaced whole by its write stage\n")
     placed: dict[str, list[str]] = {name: [] for name in SPLITS}
-    recordings: dict[str, list[str]] = {name: [] for name in SPLITS}
     for rid in sorted(found):
         folder, items = found[rid]
         written: list[Path] = []
         try:
-            cases = [curated_case(rid, folder, item) for item in items]
-            for case in cases:
+            for item in items:
+                case = curated_case(rid, folder, item)
                 written.append(staging / where[rid] / case.id)
                 write_case(case, written[-1])
+                placed[where[rid]].append(case.id)
         except (OSError, ValueError, KeyError, TypeError) as exc:  # a damaged or stale stage file: that recording only
             for path in written:
                 shutil.rmtree(path, ignore_errors=True)
-            progress(rid, "write", f"failed: {type(exc).__name__}: {exc}")
-            continue
-        recordings[where[rid]].append(rid)
-        placed[where[rid]] += [c.id for c in cases]
+            placed[where[rid]] = [c for c in placed[where[rid]] if not c.startswith(f"{rid}-")]
+            failed[rid] = f"{type(exc).__name__}: {exc}"
+    recordings = {name: sorted(r for r, n in where.items() if n == name) for name in SPLITS}
+    held = sorted(r for r in where if r not in found or r in failed)
+    manifest = {"seed": seed, "recordings": recordings, "held": held, "cases": placed}
+    write_json(staging / "split.json", manifest)  # the manifest moves in with the cases, in one rename
     if cases_dir.exists():
         shutil.rmtree(cases_dir)
-    staging.mkdir(exist_ok=True)
     os.replace(staging, cases_dir)
-    manifest = {"seed": seed, "recordings": recordings, "cases": placed}
     write_json(manifest_path, manifest)
-    return manifest
+    return manifest, failed
 
 
 def curated_case(rid: str, folder: Path, item: dict) -> CuratedCase:
     case, captions = item["case"], item["captions"]
+    if not str(case.get("summary") or "").strip():
+        raise ValueError(f"case {case.get('case_id')} has no summary for the panel to read")
     slides = [CuratedSlide(folder / "slides" / f"{s}.png", captions[s]) for s in case["slide_ids"] if s in captions]
     questions = [SpecialistQuestion(q["question"], q["target_role"], q["answer"], q["type"]) for q in case["questions"]]
     edits = item["edits"]
@@ -465,7 +501,11 @@ async def curate(source: Path, out: Path, *, stages: list[str] | None = None, se
     settings = settings or CurateSettings()
     stages = [s for s in STAGES if s in (stages or STAGES)]
     progress = progress or (lambda rid, stage, message: None)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "work").mkdir(exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"Cannot make the output folder {out}: {exc.strerror}.", "Give --out a folder you can write to.") from None
     tools = Tools(settings, make_model)
     work = [Recording(rid, path, out, tools) for rid, path in recording_ids(recordings(source)).items()]
     for recording in work:
@@ -486,6 +526,13 @@ async def curate(source: Path, out: Path, *, stages: list[str] | None = None, se
         results.append(result)
     report = CurateReport(results)
     if "write" in stages:
-        report.split = write_cases(out, settings.seed, progress)
+        report.split, failed = write_cases(out, settings.seed)
+        for rid, error in failed.items():
+            result = next((r for r in results if r.recording == rid), None)
+            if result is None:  # a recording of an earlier run, not in this one's source
+                result = RecordingResult(rid, "", "failed")
+                results.append(result)
+            result.state, result.failed_stage, result.error = "failed", "write", error
+            progress(rid, "write", f"failed: {error}")
         progress("*", "write", f"{sum(len(v) for v in report.split['cases'].values())} case(s) written")
     return report

@@ -116,6 +116,7 @@ def diarize_fallback(audio: Any, segments: Sequence[Segment], settings: DiarizeS
     vectors = np.asarray(vectors)
     labels = cluster(vectors, settings)
     centroids = np.asarray([vectors[[j for j, lab in enumerate(labels) if lab == k]].mean(axis=0) for k in range(max(labels) + 1)])
+    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)  # cosine: a tight cluster's longer mean must not win
     speaker = dict(zip(long, labels))
     for i, run in enumerate(runs):
         if i not in speaker:
