@@ -28,6 +28,8 @@ FORBIDDEN = {
     # the web app is a front end beside the CLI: it calls the library, never the CLI
     "web": {"cli", "curate", "train"},
     "curate": {"runs", "cli", "web", "train"},
+    # training reads cases, protocols (the prompt), scoring (the reward) and curation's split; never a front end
+    "train": {"cli", "web"},
 }
 # Top-level modules that belong to the core: everything may use them, they use nothing above.
 CORE = {"errors", "transcript", "context", "reply_text", "literal", "redact"}

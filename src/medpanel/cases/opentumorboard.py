@@ -135,6 +135,8 @@ def _case(record: dict, task: OtbTask, path: Path, where: str, manifest_row: dic
         turns = {turn.get("from"): turn.get("value") for turn in manifest_row.get("conversations") or [] if isinstance(turn, dict)}
         metadata |= {"prompt_version": manifest_row.get("prompt_version"), "sharegpt_system": turns.get("system"),
                      "sharegpt_user": turns.get("human")}
+        if isinstance(turns.get("gpt"), str):  # a training row's target (discussion and conclusion), for `medpanel train`
+            metadata["sharegpt_assistant"] = turns["gpt"]
         if "images" in manifest_row:
             metadata["image_paths"] = list(manifest_row.get("images") or [])
             _attach_images(slides, metadata["image_paths"], path)

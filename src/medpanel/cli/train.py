@@ -1,0 +1,63 @@
+"""`medpanel train data`: Board Simulation training data from cases (train/data.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from medpanel.cli.common import JsonOpt, app, err, out, print_json
+from medpanel.errors import UsageError
+
+train_app = typer.Typer(no_args_is_help=True, help="Train a small model to hold a tumor board (training data first).")
+app.add_typer(train_app, name="train")
+
+
+@train_app.command("data")
+def data(
+    cases: Annotated[list[str], typer.Argument(help="Case folders, case files, JSONL of cases, OpenTumorBoard records, or a curated split folder; several allowed.")],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", envvar="MEDPANEL_TRAIN_OUT", help="Folder for train.jsonl, validation.jsonl and manifest.json.")],
+    validation: Annotated[float, typer.Option("--validation", envvar="MEDPANEL_TRAIN_VALIDATION", help="Share of recordings held out for validation.")] = 0.1,
+    seed: Annotated[int, typer.Option("--seed", envvar="MEDPANEL_TRAIN_SEED", help="Seed of the split by recording.")] = 0,
+    system_file: Annotated[Optional[Path], typer.Option("--system-file", envvar="MEDPANEL_TRAIN_SYSTEM_FILE", help="System prompt file (e.g. the paper's), instead of medpanel's Board Simulation prompt.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Board Simulation examples (prompt: the case; target: its recorded discussion and conclusion), split by recording."""
+    import json
+
+    from medpanel.cases import load_dataset
+    from medpanel.train.data import split_examples, sft_examples, write_jsonl
+
+    system = None
+    if system_file is not None:
+        try:
+            system = system_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"Cannot read --system-file {system_file}: {exc.strerror}.", "Give a readable text file.") from None
+    loaded = [case for name in cases for case in load_dataset(name)]
+    examples, skipped = sft_examples(loaded, system)
+    if not examples:
+        raise UsageError(f"None of the {len(loaded)} case(s) has a reference discussion and conclusion to learn from.",
+                         "Give cases with reference.discussion and reference.conclusion (e.g. from `medpanel curate`), "
+                         "or OpenTumorBoard's training rows.")
+    manifest_path = out_dir / "manifest.json"
+    previous = None
+    if manifest_path.is_file():  # a rebuild keeps each recording on the side it was on
+        try:
+            previous = {r: ("train" if s == "train" else "dev") for r, s in json.loads(manifest_path.read_text())["recordings"].items()}
+        except (OSError, ValueError, KeyError, AttributeError):
+            previous = None
+    train, held, placed = split_examples(examples, validation, seed, previous)
+    manifest = {"sources": list(cases), "seed": seed, "validation_share": validation, "system_file": str(system_file) if system_file else None,
+                "train": {"examples": len(train), "sha256": write_jsonl(out_dir / "train.jsonl", train)},
+                "validation": {"examples": len(held), "sha256": write_jsonl(out_dir / "validation.jsonl", held)},
+                "recordings": placed, "skipped": [{"case": s.case_id, "why": s.why} for s in skipped]}
+    manifest_path.write_text(json.dumps(manifest, indent=1))
+    if as_json:
+        print_json(manifest)
+        return
+    out.print(f"{len(train)} training and {len(held)} validation example(s) from {len(set(placed))} recording(s) in {out_dir}")
+    if skipped:
+        err.print(f"{len(skipped)} case(s) skipped: no reference discussion and conclusion ({', '.join(s.case_id for s in skipped[:5])}"
+                  + (", ..." if len(skipped) > 5 else "") + ")")
