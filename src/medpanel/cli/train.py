@@ -61,3 +61,44 @@ def data(
     if skipped:
         err.print(f"{len(skipped)} case(s) skipped: no reference discussion and conclusion ({', '.join(s.case_id for s in skipped[:5])}"
                   + (", ..." if len(skipped) > 5 else "") + ")")
+
+
+@train_app.command("sft")
+def sft(
+    data_dir: Annotated[Path, typer.Argument(help="A folder from `medpanel train data` (train.jsonl, validation.jsonl).")],
+    out_dir: Annotated[Path, typer.Option("--out", "-o", envvar="MEDPANEL_SFT_OUT", help="Folder for checkpoints, the final model and training.json.")],
+    start: Annotated[Optional[str], typer.Option("--start", envvar="MEDPANEL_SFT_START", help="A Hugging Face model folder or a .gguf file (default: the bundled SmolLM2).")] = None,
+    steps: Annotated[int, typer.Option("--steps", envvar="MEDPANEL_SFT_STEPS", min=0, help="Optimizer steps (0: --epochs passes over the data).")] = 100,
+    epochs: Annotated[float, typer.Option("--epochs", envvar="MEDPANEL_SFT_EPOCHS", min=0.0)] = 1.0,
+    learning_rate: Annotated[float, typer.Option("--learning-rate", envvar="MEDPANEL_SFT_LEARNING_RATE", min=0.0)] = 1e-5,
+    batch_size: Annotated[int, typer.Option("--batch-size", envvar="MEDPANEL_SFT_BATCH_SIZE", min=1)] = 1,
+    gradient_accumulation: Annotated[int, typer.Option("--gradient-accumulation", envvar="MEDPANEL_SFT_GRADIENT_ACCUMULATION", min=1)] = 1,
+    max_length: Annotated[int, typer.Option("--max-length", envvar="MEDPANEL_SFT_MAX_LENGTH", min=32, help="Tokens of prompt + target; longer examples are cut.")] = 2048,
+    seed: Annotated[int, typer.Option("--seed", envvar="MEDPANEL_SFT_SEED")] = 0,
+    lora: Annotated[bool, typer.Option("--lora", envvar="MEDPANEL_SFT_LORA", help="Train LoRA adapters (peft) instead of every weight.")] = False,
+    lora_r: Annotated[int, typer.Option("--lora-r", envvar="MEDPANEL_SFT_LORA_R", min=1)] = 16,
+    save_steps: Annotated[int, typer.Option("--save-steps", envvar="MEDPANEL_SFT_SAVE_STEPS", min=1, help="A checkpoint (and a validation loss) every this many steps.")] = 50,
+    resume: Annotated[bool, typer.Option("--resume", envvar="MEDPANEL_SFT_RESUME", help="Go on from the last checkpoint in --out.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Supervised finetuning with TRL's SFTTrainer (full or LoRA) on Board Simulation examples; needs the `train` extra."""
+    from medpanel.train.sft import SftSettings, run_sft
+
+    if not (data_dir / "train.jsonl").is_file():
+        raise UsageError(f"No train.jsonl in {data_dir}.", "Build it with `medpanel train data CASES --out FOLDER`.")
+    if out_dir.exists() and any(out_dir.glob("checkpoint-*")) and not resume:
+        raise UsageError(f"{out_dir} already holds checkpoints.", "Pass --resume to go on from the last one, or give another --out.")
+    settings = SftSettings(data=str(data_dir), out=str(out_dir), start=start, steps=steps, epochs=epochs, learning_rate=learning_rate,
+                           batch_size=batch_size, gradient_accumulation=gradient_accumulation, max_length=max_length, seed=seed,
+                           lora=lora, lora_r=lora_r, lora_alpha=2 * lora_r, save_steps=save_steps, resume=resume)
+    import contextlib
+    import sys
+
+    with contextlib.redirect_stdout(sys.stderr):  # the trainer prints its logs: stdout stays the result (and --json's)
+        record = run_sft(settings)
+    if as_json:
+        print_json(record)
+        return
+    losses = [s["loss"] for s in record["steps"] if "loss" in s]
+    out.print(f"{record['global_step']} step(s); loss {losses[0]:.4f} -> {losses[-1]:.4f}; final model in {record['final']}" if losses
+              else f"{record['global_step']} step(s); final model in {record['final']}")
