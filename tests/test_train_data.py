@@ -78,3 +78,29 @@ def test_cli_builds_the_files_from_the_example_cases(tmp_path):
     bad = subprocess.run([MEDPANEL, "train", "data", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "x")], env=env, cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_cli_rebuilds_keep_every_recordings_side_even_across_an_absence(tmp_path):
+    env = {"MEDPANEL_STORE": str(tmp_path / "t.db"), "PATH": "/usr/bin:/bin"}
+    cases = tmp_path / "cases.jsonl"
+
+    def build(rows, *extra):
+        cases.write_text("".join(json.dumps(c.model_dump(mode="json")) + "\n" for c in rows))
+        done = subprocess.run([MEDPANEL, "train", "data", str(cases), "--out", str(tmp_path / "d"), "--json", *extra], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        return done
+
+    rows = [case(f"c{i}", f"rec{i}") for i in range(20)]
+    first = json.loads(build(rows, "--validation", "0.3").stdout)["recordings"]
+    assert sorted(first.values()).count("validation") == 6
+    # rec0..rec4 left out, another seed: nobody present moves; then they come back on their old side.
+    second = json.loads(build(rows[5:], "--validation", "0.3", "--seed", "9").stdout)["recordings"]
+    assert all(second[r] == first[r] for r in first)
+    third = json.loads(build(rows, "--validation", "0.3", "--seed", "9").stdout)["recordings"]
+    assert third == first
+    (tmp_path / "d" / "manifest.json").write_text("[1, 2]")
+    bad = build(rows)
+    assert bad.returncode == 2 and "earlier placements" in bad.stderr and "Traceback" not in bad.stderr
+    lonely = subprocess.run([MEDPANEL, "train", "data", str(cases), "--out", str(tmp_path / "e"), "--validation", "0.99"], env=env,
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert lonely.returncode == 2 and "nothing is left to train on" in lonely.stderr

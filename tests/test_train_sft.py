@@ -52,4 +52,8 @@ def test_two_sft_steps_give_a_finite_loss_and_a_checkpoint_that_reloads_and_resu
     resumed = subprocess.run([*command[:7], "3", *command[8:-1], "--resume", "--json"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     again = json.loads(resumed.stdout)
-    assert again["resumed"] and again["global_step"] == 3
+    assert again["resumed"] and again["global_step"] == 3 and again["steps_this_run"] == 1  # on from step 2, not afresh
+    assert set(again["examples_truncated"]) == {"train", "validation"}  # long meetings cut by the trainer are counted
+    other = subprocess.run([*command[:7], "4", *command[8:-1], "--resume", "--lora-r", "8"], env=env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=300)
+    assert other.returncode == 2 and "lora_r" in other.stderr  # another adapter is not a resume

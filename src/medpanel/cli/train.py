@@ -42,18 +42,34 @@ def data(
                          "Give cases with reference.discussion and reference.conclusion (e.g. from `medpanel curate`), "
                          "or OpenTumorBoard's training rows.")
     manifest_path = out_dir / "manifest.json"
-    previous = None
-    if manifest_path.is_file():  # a rebuild keeps each recording on the side it was on
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(f"--out {out_dir} is a file.", "Give a folder (it is created if missing).")
+    earlier: dict[str, str] = {}
+    if manifest_path.is_file():  # a rebuild keeps each recording on the side it was on, present or not
         try:
-            previous = {r: ("train" if s == "train" else "dev") for r, s in json.loads(manifest_path.read_text())["recordings"].items()}
-        except (OSError, ValueError, KeyError, AttributeError):
-            previous = None
+            earlier = dict(json.loads(manifest_path.read_text(encoding="utf-8"))["recordings"])
+            if not all(isinstance(r, str) and side in ("train", "validation") for r, side in earlier.items()):
+                raise ValueError("a recording's side is not train or validation")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UsageError(f"Cannot read the earlier placements in {manifest_path}: {exc}.",
+                             "Fix or remove that manifest (removing it re-splits every recording), or give another --out.") from None
+    previous = {r: ("train" if side == "train" else "dev") for r, side in earlier.items()}
     train, held, placed = split_examples(examples, validation, seed, previous)
-    manifest = {"sources": list(cases), "seed": seed, "validation_share": validation, "system_file": str(system_file) if system_file else None,
-                "train": {"examples": len(train), "sha256": write_jsonl(out_dir / "train.jsonl", train)},
-                "validation": {"examples": len(held), "sha256": write_jsonl(out_dir / "validation.jsonl", held)},
-                "recordings": placed, "skipped": [{"case": s.case_id, "why": s.why} for s in skipped]}
-    manifest_path.write_text(json.dumps(manifest, indent=1))
+    if not train:
+        raise UsageError(f"Every one of the {len(set(placed))} recording(s) went to validation: nothing is left to train on.",
+                         "Give more recordings or a smaller --validation.")
+    try:
+        manifest = {"sources": list(cases), "seed": seed, "validation_share": validation, "system_file": str(system_file) if system_file else None,
+                    "train": {"examples": len(train), "sha256": write_jsonl(out_dir / "train.jsonl", train)},
+                    "validation": {"examples": len(held), "sha256": write_jsonl(out_dir / "validation.jsonl", held)},
+                    "recordings": {**{r: side for r, side in earlier.items() if r not in placed}, **placed},
+                    "skipped": [{"case": s.case_id, "why": s.why} for s in skipped]}
+        manifest_path.write_text(json.dumps(manifest, indent=1), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"Cannot write to {out_dir}: {exc.strerror}.", "Give --out a folder you can write to.") from None
+    if not held and validation > 0:
+        err.print(f"No recording went to validation ({len(set(placed))} recording(s) at --validation {validation}): "
+                  "training will report no validation loss.")
     if as_json:
         print_json(manifest)
         return

@@ -50,7 +50,10 @@ def _datasets(folder: Path):
     files = {"train": str(train)}
     if (folder / "validation.jsonl").is_file() and (folder / "validation.jsonl").stat().st_size:
         files["validation"] = str(folder / "validation.jsonl")
-    loaded = load_dataset("json", data_files=files)
+    try:
+        loaded = load_dataset("json", data_files=files)
+    except Exception as exc:  # datasets raises its own error types for a file that is not JSON lines
+        raise UsageError(f"Cannot read the training data in {folder}: {exc}", "Rebuild it with `medpanel train data`.") from None
     keep = {"prompt", "completion"}
     return {name: split.remove_columns([c for c in split.column_names if c not in keep]) for name, split in loaded.items()}
 
@@ -62,13 +65,22 @@ def run_sft(settings: SftSettings) -> dict:
         from trl import SFTConfig, SFTTrainer
     except ImportError:
         raise MissingExtraError("supervised finetuning", "train", "trl") from None
+    from transformers.trainer_utils import get_last_checkpoint
+
     from medpanel.train.weights import start_folder
 
-    out, data = Path(settings.out), Path(settings.data)
+    out, data = Path(settings.out).resolve(), Path(settings.data)
     splits = _datasets(data)
     start = start_folder(settings.start, out.parent / ".start-weights")
-    tokenizer = AutoTokenizer.from_pretrained(str(start))
-    model = AutoModelForCausalLM.from_pretrained(str(start))
+    resume = settings.resume and get_last_checkpoint(str(out)) is not None if out.is_dir() else False
+    done_before = 0
+    if resume:
+        done_before = check_resume(out, settings, start, data)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(start))
+        model = AutoModelForCausalLM.from_pretrained(str(start))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"Cannot load the starting model from {start}: {exc}", "Give a complete Hugging Face folder (config, weights, tokenizer).") from None
     peft_config = None
     if settings.lora:
         try:
@@ -78,11 +90,17 @@ def run_sft(settings: SftSettings) -> dict:
         peft_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, task_type="CAUSAL_LM", target_modules="all-linear")
     # An example whose prompt alone fills max_length leaves nothing to learn (TRL drops it, and a split left
     # empty fails deep inside the trainer): say so here instead.
-    def fits(row) -> bool:
-        ids = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True)
-        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        return len(ids) < settings.max_length - 16
+    def tokens(messages, generation_prompt: bool) -> int:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True)
+        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
+    def fits(row) -> bool:
+        return tokens(row["prompt"], True) < settings.max_length - 16
+
+    # Prompt + target over max_length: TRL keeps the start, so the meeting's end (its conclusion) is cut.
+    # Counted, not hidden: training.json says how many were.
+    truncated = {name: sum(1 for row in split if tokens(row["prompt"] + row["completion"], False) > settings.max_length)
+                 for name, split in splits.items()}
     before = len(splits["train"])
     splits = {name: split.filter(fits) for name, split in splits.items()}
     if len(splits["train"]) == 0:
@@ -100,7 +118,6 @@ def run_sft(settings: SftSettings) -> dict:
         per_device_eval_batch_size=1, report_to=[], use_cpu=not _has_gpu(), dataloader_num_workers=0, disable_tqdm=True)
     trainer = SFTTrainer(model=model, args=config, train_dataset=splits["train"], eval_dataset=splits.get("validation"),
                          processing_class=tokenizer, peft_config=peft_config)
-    resume = settings.resume and any(out.glob("checkpoint-*"))
     result = trainer.train(resume_from_checkpoint=True if resume else None)
     final = out / "final"
     trainer.save_model(str(final))
@@ -109,11 +126,39 @@ def run_sft(settings: SftSettings) -> dict:
     losses = [h["loss"] for h in steps if "loss" in h]
     record = {"kind": "sft", "settings": asdict(settings), "start": str(start),
               "data": {"train_sha256": _sha256(data / "train.jsonl"), "validation_sha256": _sha256(data / "validation.jsonl")},
-              "seed": settings.seed, "resumed": resume, "examples": {k: len(v) for k, v in splits.items()}, "examples_too_long": before - len(splits["train"]), "global_step": trainer.state.global_step,
+              "seed": settings.seed, "resumed": resume, "examples": {k: len(v) for k, v in splits.items()}, "examples_too_long": before - len(splits["train"]), "examples_truncated": truncated,
+              "steps_this_run": trainer.state.global_step - done_before, "global_step": trainer.state.global_step,
               "train_loss": result.training_loss, "steps": steps, "final": str(final),
               "finite": all(math.isfinite(x) for x in losses) and bool(losses)}
     (out / "training.json").write_text(json.dumps(record, indent=1, default=str))
     return record
+
+
+def check_resume(out: Path, settings: SftSettings, start: Path, data: Path) -> int:
+    """The step the last checkpoint reached; refuses to go on with another start, adapter or data."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    last = Path(get_last_checkpoint(str(out)))
+    try:
+        step = int(json.loads((last / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise UsageError(f"Cannot read the state of checkpoint {last}: {exc}.", "Remove that checkpoint, or train into another --out.") from None
+    earlier_path = out / "training.json"
+    if earlier_path.is_file():
+        try:
+            earlier = json.loads(earlier_path.read_text())
+        except ValueError:
+            earlier = {}
+        before = earlier.get("settings", {})
+        changed = [name for name in ("lora", "lora_r", "max_length") if name in before and before[name] != getattr(settings, name)]
+        if earlier.get("start") and earlier["start"] != str(start):
+            changed.append("start")
+        if earlier.get("data", {}).get("train_sha256") not in (None, _sha256(data / "train.jsonl")):
+            changed.append("data")
+        if changed:
+            raise UsageError(f"--resume with other {', '.join(changed)} than the run in {out} was made with.",
+                             "Resume with the same settings and data, or train into another --out.")
+    return step
 
 
 def _has_gpu() -> bool:

@@ -46,8 +46,11 @@ def convert_gguf(gguf: Path, folder: Path) -> Path:
     stamp = f"{gguf.resolve()} {gguf.stat().st_size} {gguf.stat().st_mtime_ns}"
     if marker.is_file() and marker.read_text() == stamp and (folder / "config.json").is_file():
         return folder
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    quantized = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        quantized = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    except (OSError, ValueError, KeyError) as exc:  # not a GGUF file, or an architecture transformers cannot read
+        raise UsageError(f"Cannot load {gguf} as a GGUF model: {exc}", "Give a GGUF file of an architecture transformers reads, or a Hugging Face folder.") from None
     config = copy.deepcopy(quantized.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
@@ -67,7 +70,7 @@ def start_folder(start: str | None, cache: Path) -> Path:
     if start is None:
         return convert_gguf(bundled_gguf(), cache / "smollm2-135m-instruct")
     path = Path(start)
-    if path.is_file() and path.suffix == ".gguf":
+    if path.is_file() and path.suffix.lower() == ".gguf":
         return convert_gguf(path, cache / path.stem)
     if path.is_dir() and (path / "config.json").is_file():
         return path
