@@ -217,7 +217,8 @@ def test_cli_bad_input_is_exit_2_with_a_fix(tmp_path):
                           ([str(video), "--out", str(tmp_path / "o"), "--model", "nosuch:thing"], "nosuch")):
         done = subprocess.run([MEDPANEL, "curate", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
-    assert not (tmp_path / "o" / "work" / "meeting" / FILES["audio"]).exists()  # refused before anything ran
+        # Refused before any recording ran: a run would have left the recording's status.json.
+        assert not (tmp_path / "o" / "work" / "meeting" / "status.json").exists(), args
 
 
 def test_the_readme_curation_example_runs_on_the_embedded_model(tmp_path):

@@ -207,8 +207,9 @@ def test_stage_plumbing_recordings_ids_and_settings(tmp_path):
     assert [p.name for p in recordings(tmp_path)] == ["a.mkv", "a.mp4", "b.mp4"]
     with pytest.raises(UsageError, match="is not a recording"):
         recordings(tmp_path / "notes.txt")
+    (tmp_path / "empty").mkdir()
     with pytest.raises(UsageError, match="No recordings"):
-        recordings(tmp_path / "empty") if (tmp_path / "empty").mkdir() is None else None
+        recordings(tmp_path / "empty")
     with pytest.raises(UsageError, match="does not exist"):
         recordings(tmp_path / "missing.mp4")
     settings = CurateSettings(model="openai:x@http://127.0.0.1:1")

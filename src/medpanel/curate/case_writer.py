@@ -20,6 +20,11 @@ import yaml
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
+def safe_name(text: str, fallback: str) -> str:
+    """`text` as a file or folder name: runs of other characters become "_", no leading or trailing dot."""
+    return _SAFE.sub("_", text).strip("._") or fallback
+
+
 @dataclass(frozen=True)
 class CuratedSlide:
     """A slide image file (or None when only the caption is kept) and its one-line caption."""
@@ -52,7 +57,7 @@ class CuratedCase:
 
 def slide_file_name(index: int, image: Path) -> str:
     """slides/NN_<stem><suffix>: numbered in slide order, so two images with one name never collide."""
-    stem = _SAFE.sub("_", image.stem).strip("._") or "slide"
+    stem = safe_name(image.stem, "slide")
     return f"{index:02d}_{stem}{image.suffix.lower()}"
 
 

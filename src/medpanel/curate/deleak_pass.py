@@ -40,7 +40,7 @@ def sentences(text: str) -> list[str]:
     return [s for s in _SENTENCE_END.split(text.strip()) if s]
 
 
-async def _cut(model: Any, decision: str, text: str, *, caption: bool) -> tuple[str, Edit, str]:
+async def _cut(model: Any, decision: str, text: str, *, caption: bool) -> tuple[str, Edit]:
     if getattr(model, "small", False):
         # A small model rewrites when asked to delete; asked for sentence numbers, its edit is a deletion
         # by construction (and still goes through the validator below).
@@ -56,20 +56,20 @@ async def _cut(model: Any, decision: str, text: str, *, caption: bool) -> tuple[
     small = getattr(model, "small", False)
     if not edited and (small or not caption):
         # A case needs its summary; and a small model that cuts every sentence is not reading them.
-        return text, Edit("", "refused", reasons=["emptied"], proposed=""), text
+        return text, Edit("", "refused", reasons=["emptied"], proposed="")
     verdict = (check_caption if caption else check_deletion)(text, edited)
     if not verdict.accepted:
-        return text, Edit("", "refused", reasons=verdict.reasons, proposed=edited), text
+        return text, Edit("", "refused", reasons=verdict.reasons, proposed=edited)
     if not verdict.removed:
-        return text, Edit("", "kept"), text
-    return edited, Edit("", "cut", removed=verdict.removed), edited
+        return text, Edit("", "kept")
+    return edited, Edit("", "cut", removed=verdict.removed)
 
 
 async def deleak_case(model: Any, case: Extracted, captions: dict[str, str]) -> tuple[Extracted, dict[str, str], list[Edit]]:
     """The case and its captions de-leaked against its conclusion, with one Edit per field read."""
     decision = case.conclusion or "(no conclusion recorded)"
     edits: list[Edit] = []
-    summary, edit, _ = await _cut(model, decision, case.summary, caption=False) if case.summary else (case.summary, Edit("", "kept"), "")
+    summary, edit = await _cut(model, decision, case.summary, caption=False) if case.summary else (case.summary, Edit("", "kept"))
     edit.field = "summary"
     edits.append(edit)
     new_captions = dict(captions)
@@ -77,7 +77,7 @@ async def deleak_case(model: Any, case: Extracted, captions: dict[str, str]) -> 
         text = captions.get(slide_id, "")
         if not text:
             continue
-        new_captions[slide_id], edit, _ = await _cut(model, decision, text, caption=True)
+        new_captions[slide_id], edit = await _cut(model, decision, text, caption=True)
         edit.field = f"caption:{slide_id}"
         edits.append(edit)
     case.slide_ids = [s for s in case.slide_ids if new_captions.get(s)]  # a caption cut whole takes its slide with it

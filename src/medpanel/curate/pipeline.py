@@ -25,9 +25,9 @@ that fails is marked failed with its stage and error, and the others go on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
-import re
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from medpanel.curate.align import Linked, Utterance, link_utterances
-from medpanel.curate.case_writer import CuratedCase, CuratedSlide, SpecialistQuestion, write_case
+from medpanel.curate.case_writer import CuratedCase, CuratedSlide, SpecialistQuestion, safe_name, write_case
 from medpanel.curate.slides import VisualSettings
 from medpanel.curate.speakers import DiarizeSettings
 from medpanel.errors import BudgetExceeded, MissingExtraError, UsageError
@@ -51,7 +51,6 @@ NEEDS = {"audio": (), "speakers": ("audio",), "slides": (), "align": ("speakers"
          "deleak": ("extract", "captions"), "write": ("deleak",)}
 MIN_SHARE = 0.25  # of an utterance a slide must cover to be linked to it
 MEDIA = {".mp4", ".mkv", ".webm", ".mov", ".avi", ".m4v", ".mpg", ".mpeg", ".wav", ".mp3", ".m4a", ".flac", ".ogg"}
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 @dataclass
@@ -79,6 +78,7 @@ class CurateSettings:
         return {}
 
 
+@functools.cache  # read once a process: every stage key of every recording asks for it
 def model_stages_version() -> str:
     """A hash of the model stages' code (prompts, answer shapes, checks, the validator): after an edit the
     model stages run again, and the calls whose requests did not change are served from the cache."""
@@ -121,14 +121,14 @@ def recording_ids(paths: list[Path]) -> dict[str, Path]:
     """A folder-safe id per recording: its file name's stem, or, for every file whose stem another
     shares, the stem with its suffix (so an id never depends on the order files are listed in)."""
     def stem(p: Path) -> str:
-        return _SAFE.sub("_", p.stem).strip("._") or "recording"
+        return safe_name(p.stem, "recording")
 
     counts: dict[str, int] = {}
     for p in paths:
         counts[stem(p)] = counts.get(stem(p), 0) + 1
     out: dict[str, Path] = {}
     for p in paths:
-        rid = stem(p) if counts[stem(p)] == 1 else f"{stem(p)}_{_SAFE.sub('_', p.suffix.lstrip('.').lower()) or 'file'}"
+        rid = stem(p) if counts[stem(p)] == 1 else f"{stem(p)}_{safe_name(p.suffix.lower(), 'file')}"
         base, n = rid, 2
         while rid in out:
             rid, n = f"{base}_{n}", n + 1

@@ -8,6 +8,7 @@ caption naming a word the slide does not show is replaced by the slide's own fir
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
@@ -53,8 +54,6 @@ ROLE_WORDS = {
 def role_shortlist(text: str, k: int = 3) -> list[str]:
     """The k roles whose cue words the speaker used most (ties in the list's order), then Other: the
     choices a small model is held to, so it cannot name a role nothing it heard points to."""
-    import re
-
     said = " " + " ".join(re.findall(r"[a-z0-9']+", text.lower())) + " "
     score = {role: sum(said.count(" " + w) for w in words) for role, words in ROLE_WORDS.items()}
     ranked = [r for r in sorted(score, key=lambda r: -score[r]) if score[r] > 0][:k]

@@ -122,7 +122,7 @@ def run_sft(settings: SftSettings) -> dict:
     final = out / "final"
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
-    steps = [{k: v for k, v in h.items()} for h in trainer.state.log_history]
+    steps = [dict(h) for h in trainer.state.log_history]
     losses = [h["loss"] for h in steps if "loss" in h]
     record = {"kind": "sft", "settings": asdict(settings), "start": str(start),
               "data": {"train_sha256": _sha256(data / "train.jsonl"), "validation_sha256": _sha256(data / "validation.jsonl")},
