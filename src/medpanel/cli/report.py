@@ -39,6 +39,8 @@ def report(
     if html_file is not None and html_file.is_dir():
         raise UsageError(f"--html {html_file} is a folder.", "Give a file name, e.g. --html report.html.")
     db = open_store(store)
+    if _training_report(db, runs, out_dir, html_file, no_plot, as_json):
+        return
     data, gathered = prepare_report(db, runs, score=score, seed=seed)
     plot = not no_plot
     if plot and importlib.util.find_spec("matplotlib") is None:  # the report itself needs no extra: only its plots do
@@ -82,3 +84,45 @@ def _write_html(path: Path, page: str) -> None:
         path.write_text(page, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"Cannot write the HTML report {path}: {exc.strerror or exc}.", "Pass a writable file path with --html.") from None
+
+
+def _training_report(db, refs: list[str], out_dir: Path | None, html_file: Path | None, no_plot: bool, as_json: bool) -> bool:
+    """Report a training run (`medpanel train sft|grpo`): its settings and its loss and reward curves.
+    False when the ids name evaluation runs (the usual report)."""
+    from medpanel.train.records import resolve_training_run
+
+    found = [resolve_training_run(db, ref) for ref in refs if ref != "last"]
+    if not any(found):
+        return False
+    if len(refs) != 1:
+        raise UsageError("A training run is reported on its own.", "Give one training run id (medpanel train runs lists them).")
+    from medpanel.train.report import training_html, training_report, write_training_report
+
+    report = training_report(db, found[0])
+    plot = not no_plot and importlib.util.find_spec("matplotlib") is not None
+    if not no_plot and not plot:
+        err.print(f"note: no plots: {NO_MATPLOTLIB}; the report is written without them", style="dim", markup=False)
+    written = []
+    if html_file is not None:
+        _write_html(html_file, training_html(report, plot=plot))
+        written.append(str(html_file))
+        report["files"]["html"] = str(html_file)
+    if html_file is None or out_dir is not None:
+        html = report["files"].get("html")
+        report = write_training_report(report, out_dir if out_dir is not None else Path.cwd() / report["run_id"], plot=plot)
+        written += [p for p in report["files"].values() if p]
+        if html:
+            report["files"]["html"] = html
+    if as_json:
+        print_json(report)
+    elif html_file is not None:
+        out.print(str(html_file))
+    else:
+        from rich.markdown import Markdown
+
+        from medpanel.literal import visible
+        from medpanel.train.report import render_markdown
+
+        out.print(Markdown(visible(render_markdown(report))))
+        err.print(f"wrote {', '.join(written)}", style="dim")
+    return True

@@ -4,6 +4,7 @@
     model = build_model("local?n_ctx=8192&threads=4")
     model = build_model("local:my-model?path=/models/other.gguf")  # any chat GGUF
     model = build_model("local?path=/models/other.gguf")           # labelled local:other
+    model = build_model("local?path=/runs/sft/final")              # a Hugging Face folder: local_transformers.py
     model = build_model("local?path=/models/r1.gguf&small=0&reasoning=1")
     model = build_model("local?sampling=none")                   # no repetition penalties (see below)
     model = build_model("local?dry_multiplier=0&repeat_penalty=1.1")
@@ -97,7 +98,7 @@ def weights_identity(path: str) -> dict:
     try:
         st = os.stat(real)
     except OSError as exc:
-        raise UsageError(f"Cannot read the model file {path}: {exc.strerror}.", "Give the path of a GGUF file: local?path=/models/model.gguf") from None
+        raise UsageError(f"Cannot read the model file {path}: {exc.strerror}.", "Give the path of a GGUF file (local?path=/models/model.gguf) or of a Hugging Face model folder (local?path=/runs/sft/final).") from None
     return {"path": real, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
@@ -190,7 +191,7 @@ def load_model(path: str, n_ctx: int = DEFAULT_N_CTX, threads: int | None = None
             from llama_cpp import Llama
 
             if not os.path.isfile(path):
-                raise UsageError(f"Model file {path} does not exist.", "Give the path of a GGUF file: local?path=/models/model.gguf")
+                raise UsageError(f"Model file {path} does not exist.", "Give the path of a GGUF file (local?path=/models/model.gguf) or of a Hugging Face model folder (local?path=/runs/sft/final).")
             try:
                 llama = Llama(model_path=path, n_ctx=n_ctx, n_threads=threads or default_threads(), verbose=False)
             except Exception as exc:  # llama.cpp says little more than "failed to load"
@@ -208,7 +209,23 @@ def schema_instruction(schema: dict) -> str:
     return "Reply with only a JSON object that matches this JSON schema, and nothing else:\n" + json.dumps(schema, separators=(",", ":"))
 
 
-class LocalModel(Model):
+class PerCallSampling(Model):
+    """Models with `sampling` penalties (the GGUF and the folder path): the repetition-penalty options
+    (SAMPLING_OPTIONS, dry_breakers) of one complete() apply to that call alone, and reach its cache key
+    through a copy of the model that carries them."""
+
+    sampling: Penalties
+
+    async def complete(self, messages: Any, schema: Any = None, **options: Any) -> Any:
+        overrides = {k: options.pop(k) for k in (*SAMPLING_OPTIONS, "dry_breakers") if k in options}
+        if not overrides:
+            return await super().complete(messages, schema, **options)
+        variant = copy.copy(self)
+        variant.sampling = with_sampling(self.sampling, overrides)
+        return await Model.complete(variant, messages, schema, **options)
+
+
+class LocalModel(PerCallSampling):
     provider = "local"
     supports_json_schema = True
 
@@ -249,8 +266,12 @@ class LocalModel(Model):
         self._loaded: LoadedModel | None = None
 
     @classmethod
-    def from_spec(cls, spec: Any, runtime: Runtime, **kwargs: Any) -> "LocalModel":
+    def from_spec(cls, spec: Any, runtime: Runtime, **kwargs: Any) -> Model:
         params = dict(spec.params)
+        if params.get("path") and os.path.isdir(params["path"]):  # a Hugging Face model folder: transformers serves it
+            from medpanel.models.local_transformers import TransformersModel
+
+            return TransformersModel.from_spec(spec, runtime, **kwargs)
         known = {"n_ctx", "threads", "path", "small", "reasoning", "reuse", "prefix_cache_mb", "sampling", "schema_note", *SAMPLING_OPTIONS}
         unknown = set(params) - known
         if unknown:
@@ -296,16 +317,6 @@ class LocalModel(Model):
             if self.prefix_cache_mb is not None:
                 self._loaded.prefixes.capacity = self.prefix_cache_mb << 20
         return self._loaded
-
-    async def complete(self, messages: Any, schema: Any = None, **options: Any) -> Any:
-        """Model.complete; the repetition-penalty options (SAMPLING_OPTIONS) apply to this call alone, and
-        reach its cache key through a copy of this model that carries them."""
-        overrides = {k: options.pop(k) for k in (*SAMPLING_OPTIONS, "dry_breakers") if k in options}
-        if not overrides:
-            return await super().complete(messages, schema, **options)
-        variant = copy.copy(self)
-        variant.sampling = with_sampling(self.sampling, overrides)
-        return await Model.complete(variant, messages, schema, **options)
 
     async def generate(self, request: Request) -> Generation:
         return await asyncio.to_thread(self._generate_blocking, request)

@@ -5,6 +5,7 @@ Spec grammar:  PROVIDER[:NAME][@BASE_URL][?key=value&...]
     openai:my-model@http://127.0.0.1:8000/v1?vision=true&key_env=VLLM_API_KEY
     local                      (the embedded SmolLM2-135M-Instruct)
     local?path=/models/x.gguf  (any chat GGUF; labelled by its file name)
+    local?path=/runs/sft/final (a Hugging Face model or peft adapter folder, via transformers)
     openai:...?small=1 | ?reasoning=1   (size and thinking, for default token budgets; local too)
     scripted:echo | scripted:replies.yaml | scripted:"fixed text"
     replay:transcript.jsonl#Speaker
@@ -24,7 +25,7 @@ from medpanel.models.runtime import Runtime
 # provider -> (module, class, one-line description). Modules are imported only when a spec uses them.
 PROVIDERS: dict[str, tuple[str, str, str]] = {
     "openai": ("medpanel.models.openai_compat", "OpenAIModel", "any OpenAI-compatible Chat Completions server"),
-    "local": ("medpanel.models.local", "LocalModel", "embedded SmolLM2-135M-Instruct (or any GGUF, ?path=) via llama.cpp, offline"),
+    "local": ("medpanel.models.local", "LocalModel", "embedded SmolLM2-135M-Instruct (or any GGUF, ?path=) via llama.cpp, or a Hugging Face folder via transformers, offline"),
     "scripted": ("medpanel.models.scripted", "ScriptedModel", "scripted fake for tests and examples"),
     "replay": ("medpanel.models.replay", "ReplayModel", "answers from a recorded transcript"),
     "human": ("medpanel.models.human", "HumanModel", "a person answering at the terminal"),

@@ -6,6 +6,10 @@
     model.history   # the Requests it received, in order
     ScriptedModel(small=True) / ScriptedModel(reasoning=True)   # budgets as for such a model
 
+From a spec: `scripted:replies.yaml` holds a list of replies consumed in order, or a mapping
+`{by_schema: {SCHEMA_NAME: reply, ...}, default: reply}` answering each request by the name of the schema
+it asks for (a scripted judge).
+
 Replies are consumed in order. Each may be a string, a dict or list (sent as JSON text), an exception
 (raised, to simulate failure), or a function of the Request returning any of these. With no queue,
 a `responder` function (default: echo the last user message) answers.
@@ -71,8 +75,13 @@ class ScriptedModel(Model):
                 data = yaml.safe_load(path.read_text())
             except (OSError, yaml.YAMLError) as exc:
                 raise UsageError(f"Cannot read scripted replies from {path}: {exc}", "Give a YAML/JSON list of replies.") from None
+            if isinstance(data, dict) and isinstance(data.get("by_schema"), dict):  # a judge: one reply per schema asked for
+                replies, default = data["by_schema"], data.get("default")
+                return cls(name=path.stem, responder=lambda r: replies.get(r.schema_name or "", default if default is not None else echo(r)),
+                           runtime=runtime, **kwargs)
             if not isinstance(data, list):
-                raise UsageError(f"Scripted replies file {path} must hold a list.", "Write one reply per list entry.")
+                raise UsageError(f"Scripted replies file {path} must hold a list (or a mapping with 'by_schema').",
+                                 "Write one reply per list entry, or by_schema: {SCHEMA_NAME: reply} for a judge.")
             return cls(data, name=path.stem, runtime=runtime, **kwargs)
         return cls(name="constant", responder=lambda _r, text=arg: text, runtime=runtime, **kwargs)
 

@@ -27,7 +27,7 @@ from medpanel.models.base import Model, Reply
 from medpanel.protocols.base import Outcome, Panel, ProtocolSpec, Settings
 from medpanel.protocols.board_small import MODERATOR, SmallMeeting, board_roles, opening_text, question_for, reply_sentences
 from medpanel.scoring.board_format import parse_board_response, render_board, score_format
-from medpanel.scoring.judges import BERTSCORE, BOARD_JUDGE, DEFAULT_MAX_TOKENS
+from medpanel.scoring.judges import BERTSCORE, BOARD_JUDGE, BOARD_REWARD, DEFAULT_MAX_TOKENS
 from medpanel.scoring.metrics import metric_kind
 from medpanel.scoring.scorer import pure
 from medpanel.scoring.text import rouge_l
@@ -49,6 +49,9 @@ class MeetingScoring(Settings):
     judge_mode: Literal["medpanel", "released"] = "medpanel"  # released: the benchmark's own evaluation (docs/judges.md)
     judge_max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=16)  # medpanel mode; released uses the release's budgets
     bertscore: bool = False  # BERTScore of the conclusion with the bundled MiniLM (the text-metrics extra)
+    # The Dr.GRPO training reward with its own judges (scoring/reward.py), as `medpanel train grpo` computes it:
+    # "released_code" (OpenTumorBoard's reward code) or "paper" (its appendix E.2); "off" skips it.
+    reward: Literal["off", "released_code", "paper"] = "off"
 
 
 class BoardSettings(MeetingScoring):
@@ -117,7 +120,8 @@ async def run(case: Case, panel: Panel, settings: BoardSettings, context: RunCon
         transcript.record("decision", parsed.conclusion, speaker="Board", phase="conclusion")
     return Outcome(answer=parsed.conclusion, transcript=transcript,
                    data={"parse_status": parsed.status, "warnings": parsed.warnings, "turns": len(parsed.turns), "raw": reply.text,
-                         "output_tokens": reply.usage.output_tokens, "truncated": reply.truncated})
+                         "output_tokens": reply.usage.output_tokens, "truncated": reply.truncated,
+                         "length_limit": options["max_tokens"]})  # the response budget, for the reward's overlength term
 
 
 def record_replies(transcript, replies: list[Reply], kind: str, text: str, **fields) -> None:
@@ -185,6 +189,7 @@ MEETING_SCORERS = (
     pure("rouge", rouge_scores, {"rouge_l": metric_kind("rouge_l")}),
     BERTSCORE,
     BOARD_JUDGE,
+    BOARD_REWARD,
 )
 
 SPEC = ProtocolSpec(name="board", run=run, settings=BoardSettings, scorers=MEETING_SCORERS, needs=("summary",),

@@ -196,4 +196,29 @@ MIGRATIONS: list[tuple[str, str]] = [
         CREATE INDEX ratings_item ON ratings (session_id, item)
         """,
     ),
+    (
+        "0009_training_runs",
+        """
+        CREATE TABLE training_runs (
+            id TEXT PRIMARY KEY,
+            kind TEXT NOT NULL,              -- sft | grpo
+            out_dir TEXT NOT NULL,           -- where its checkpoints and training.json are
+            settings TEXT NOT NULL,          -- JSON: every setting of the run
+            data TEXT NOT NULL,              -- JSON: the data files' SHA-256
+            seed INTEGER NOT NULL,
+            status TEXT NOT NULL,            -- running | done | failed | interrupted | stopped (a budget cap)
+            created_at REAL NOT NULL,
+            updated_at REAL NOT NULL,
+            summary TEXT                     -- JSON: the final record (training.json) once done
+        );
+        CREATE TABLE training_steps (
+            run_id TEXT NOT NULL,
+            step INTEGER NOT NULL,
+            phase TEXT NOT NULL,             -- train | eval | end (the trainer's closing summary)
+            metrics TEXT NOT NULL,           -- JSON: loss, reward and its terms, validation reward ...
+            at REAL NOT NULL,
+            PRIMARY KEY (run_id, step, phase)
+        )
+        """,
+    ),
 ]

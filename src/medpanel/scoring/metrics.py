@@ -90,6 +90,8 @@ METRICS: dict[str, MetricKind] = {
     "format": scale(-1, 1), "format_exact": PROPORTION, "has_conclusion": PROPORTION, "turns": COUNT,
     "rouge_l": UNIT, "bertscore_f1": scale(-1, 1),
     "reward": MEAN,  # its range moves with the weight settings (docs/board_scoring.md)
+    "reward_match": MEAN, "reward_format": scale(-1, 1), "reward_alignment": UNIT, "reward_decisions": UNIT,
+    "reward_consistency": UNIT, "reward_judged": PROPORTION, "reward_judge_failed": PROPORTION,
     # rubric judges (scoring/judges.py)
     "clinical_equivalence": scale(1, 5), "conclusion_alignment": scale(1, 5), "four_decisions": scale(1, 5),
     "consistency": scale(0, 5), "critical_error": PROPORTION, "unsupported_claim": PROPORTION, "judge_failed": PROPORTION,

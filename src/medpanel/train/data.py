@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -87,6 +88,19 @@ def split_examples(examples: Sequence[dict], validation: float = 0.1, seed: int 
     train = [e for e in examples if placed[e["recording"]] == "train"]
     held = [e for e in examples if placed[e["recording"]] == "validation"]
     return train, held, placed
+
+
+def case_record(case: Case) -> dict:
+    """A case as a JSONL record `load_dataset` reads back, without slide image paths (captions kept). A case
+    whose reference conclusion is only inside its target (a released training row) gets it from there: the
+    reward's judges compare against it."""
+    record = case.model_dump(mode="json")
+    record["slides"] = [{"image": None, "caption": s["caption"]} for s in record.get("slides", [])]
+    if not (case.reference.conclusion or "").strip():
+        found = re.findall(r"<conclusion>\s*(.*?)\s*</conclusion>", target_text(case) or "", re.S)
+        if len(found) == 1 and found[0]:
+            record["reference"]["conclusion"] = found[0]
+    return record
 
 
 def write_jsonl(path: Path, records: Iterable[dict]) -> str:

@@ -2,7 +2,8 @@
 full or LoRA (peft), a fixed seed, checkpoints every `save_steps`, and resume from the last one.
 
 The run writes OUT/training.json: the settings, the data files' hashes, the seed, the metrics of every
-logged step (loss, validation loss at each checkpoint), and the final model folder.
+logged step (loss, validation loss at each checkpoint), and the final model folder; the store records
+the run and each step as it is logged (train/records.py), so a crash keeps the curve so far.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class SftSettings:
     resume: bool = False
 
 
-def _sha256(path: Path) -> str | None:
+def sha256_of(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
@@ -58,8 +59,9 @@ def _datasets(folder: Path):
     return {name: split.remove_columns([c for c in split.column_names if c not in keep]) for name, split in loaded.items()}
 
 
-def run_sft(settings: SftSettings) -> dict:
-    """Train, save the final model to OUT/final, and return (and write) the run's record."""
+def run_sft(settings: SftSettings, store=None) -> dict:
+    """Train, save the final model to OUT/final, and return (and write) the run's record; with a `store`,
+    the run and its steps are recorded there too."""
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from trl import SFTConfig, SFTTrainer
@@ -73,9 +75,9 @@ def run_sft(settings: SftSettings) -> dict:
     splits = _datasets(data)
     start = start_folder(settings.start, out.parent / ".start-weights")
     resume = settings.resume and get_last_checkpoint(str(out)) is not None if out.is_dir() else False
-    done_before = 0
-    if resume:
-        done_before = check_resume(out, settings, start, data)
+    data_hashes = {"train_sha256": sha256_of(data / "train.jsonl"), "validation_sha256": sha256_of(data / "validation.jsonl")}
+    done_before = check_resume(out, asdict(settings), start, data_hashes, ("lora", "lora_r", "max_length")) if resume else 0
+    write_run_settings(out, asdict(settings), start, data_hashes)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(start))
         model = AutoModelForCausalLM.from_pretrained(str(start))
@@ -115,27 +117,46 @@ def run_sft(settings: SftSettings) -> dict:
         gradient_accumulation_steps=settings.gradient_accumulation, max_length=settings.max_length, seed=settings.seed,
         data_seed=settings.seed, logging_steps=1, save_steps=settings.save_steps, save_strategy="steps",
         eval_strategy="steps" if has_validation else "no", eval_steps=settings.save_steps if has_validation else None,
-        per_device_eval_batch_size=1, report_to=[], use_cpu=not _has_gpu(), dataloader_num_workers=0, disable_tqdm=True)
+        per_device_eval_batch_size=1, report_to=[], use_cpu=not _has_gpu(), dataloader_num_workers=0, disable_tqdm=True,
+        gradient_checkpointing=_has_gpu())  # on CPU memory is plenty and recomputing costs a third
+    from medpanel.train import records
+
+    run_id = records.run_id_for(out, "sft")
     trainer = SFTTrainer(model=model, args=config, train_dataset=splits["train"], eval_dataset=splits.get("validation"),
-                         processing_class=tokenizer, peft_config=peft_config)
-    result = trainer.train(resume_from_checkpoint=True if resume else None)
-    final = out / "final"
-    trainer.save_model(str(final))
-    tokenizer.save_pretrained(str(final))
-    steps = [dict(h) for h in trainer.state.log_history]
-    losses = [h["loss"] for h in steps if "loss" in h]
-    record = {"kind": "sft", "settings": asdict(settings), "start": str(start),
-              "data": {"train_sha256": _sha256(data / "train.jsonl"), "validation_sha256": _sha256(data / "validation.jsonl")},
-              "seed": settings.seed, "resumed": resume, "examples": {k: len(v) for k, v in splits.items()}, "examples_too_long": before - len(splits["train"]), "examples_truncated": truncated,
-              "steps_this_run": trainer.state.global_step - done_before, "global_step": trainer.state.global_step,
-              "train_loss": result.training_loss, "steps": steps, "final": str(final),
-              "finite": all(math.isfinite(x) for x in losses) and bool(losses)}
-    (out / "training.json").write_text(json.dumps(record, indent=1, default=str))
+                         processing_class=tokenizer, peft_config=peft_config,
+                         callbacks=[records.store_callback(store, run_id)] if store is not None else None)
+    if store is not None:
+        records.start_run(store, run_id, kind="sft", out=out, settings=asdict(settings), data=data_hashes, seed=settings.seed)
+    with records.marked(store, run_id):
+        result = trainer.train(resume_from_checkpoint=True if resume else None)
+        final = out / "final"
+        trainer.save_model(str(final))
+        tokenizer.save_pretrained(str(final))
+        steps = [dict(h) for h in trainer.state.log_history]
+        losses = [h["loss"] for h in steps if "loss" in h]
+        record = {"kind": "sft", "run_id": run_id, "settings": asdict(settings), "start": str(start), "data": data_hashes,
+                  "seed": settings.seed, "resumed": resume, "examples": {k: len(v) for k, v in splits.items()},
+                  "examples_too_long": before - len(splits["train"]), "examples_truncated": truncated,
+                  "steps_this_run": trainer.state.global_step - done_before, "global_step": trainer.state.global_step,
+                  "train_loss": result.training_loss, "steps": steps, "final": str(final),
+                  "finite": all(math.isfinite(x) for x in losses) and bool(losses)}
+        (out / "training.json").write_text(json.dumps(record, indent=1, default=str))
+    if store is not None:
+        records.finish_run(store, run_id, "done", record)
     return record
 
 
-def check_resume(out: Path, settings: SftSettings, start: Path, data: Path) -> int:
-    """The step the last checkpoint reached; refuses to go on with another start, adapter or data."""
+RUN_SETTINGS = "run_settings.json"  # what a run started with, written before its first step (a crash keeps it)
+
+
+def write_run_settings(out: Path, settings: dict, start: Path, data: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RUN_SETTINGS).write_text(json.dumps({"settings": settings, "start": str(start), "data": data}, indent=1, default=str))
+
+
+def check_resume(out: Path, settings: dict, start: Path, data: dict, fixed: tuple[str, ...]) -> int:
+    """The step the last checkpoint in `out` reached; refuses to go on with another start, data, or any of the
+    `fixed` settings than the run was started with (as written in RUN_SETTINGS when it began)."""
     from transformers.trainer_utils import get_last_checkpoint
 
     last = Path(get_last_checkpoint(str(out)))
@@ -143,21 +164,19 @@ def check_resume(out: Path, settings: SftSettings, start: Path, data: Path) -> i
         step = int(json.loads((last / "trainer_state.json").read_text())["global_step"])
     except (OSError, ValueError, KeyError) as exc:
         raise UsageError(f"Cannot read the state of checkpoint {last}: {exc}.", "Remove that checkpoint, or train into another --out.") from None
-    earlier_path = out / "training.json"
-    if earlier_path.is_file():
-        try:
-            earlier = json.loads(earlier_path.read_text())
-        except ValueError:
-            earlier = {}
-        before = earlier.get("settings", {})
-        changed = [name for name in ("lora", "lora_r", "max_length") if name in before and before[name] != getattr(settings, name)]
-        if earlier.get("start") and earlier["start"] != str(start):
-            changed.append("start")
-        if earlier.get("data", {}).get("train_sha256") not in (None, _sha256(data / "train.jsonl")):
-            changed.append("data")
-        if changed:
-            raise UsageError(f"--resume with other {', '.join(changed)} than the run in {out} was made with.",
-                             "Resume with the same settings and data, or train into another --out.")
+    try:
+        earlier = json.loads((out / RUN_SETTINGS).read_text())
+    except (OSError, ValueError):
+        raise UsageError(f"{out} holds checkpoints but no readable {RUN_SETTINGS}, so a resume cannot be checked.",
+                         "Train into another --out (or restore that file).") from None
+    before = earlier.get("settings", {})
+    changed = [name for name in fixed if name in before and before[name] != settings.get(name)]
+    if earlier.get("start") != str(start):
+        changed.append("start")
+    changed += [f"data ({name})" for name, digest in (earlier.get("data") or {}).items() if digest != data.get(name)]
+    if changed:
+        raise UsageError(f"--resume with other {', '.join(changed)} than the run in {out} was made with.",
+                         "Resume with the same settings and data, or train into another --out.")
     return step
 
 

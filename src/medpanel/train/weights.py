@@ -64,15 +64,46 @@ def convert_gguf(gguf: Path, folder: Path) -> Path:
     return folder
 
 
+def merge_adapter(adapter: Path, folder: Path) -> Path:
+    """A LoRA adapter folder (an SFT run with --lora) merged into its base model, saved once as a plain folder."""
+    _transformers()
+    try:
+        from peft import AutoPeftModelForCausalLM
+    except ImportError:
+        raise MissingExtraError("starting from a LoRA adapter", "train", "peft") from None
+    from transformers import AutoTokenizer
+
+    marker = folder / "merged_from.txt"
+    weights = next((adapter / n for n in ("adapter_model.safetensors", "adapter_model.bin") if (adapter / n).is_file()), None)
+    if weights is None:
+        raise UsageError(f"{adapter} has adapter_config.json but no adapter weights.", "Give the complete adapter folder (e.g. an SFT run's final).")
+    stamp = f"{adapter.resolve()} {weights.stat().st_size} {weights.stat().st_mtime_ns}"
+    if marker.is_file() and marker.read_text() == stamp and (folder / "config.json").is_file():
+        return folder
+    try:
+        merged = AutoPeftModelForCausalLM.from_pretrained(str(adapter)).merge_and_unload()
+        tokenizer = AutoTokenizer.from_pretrained(str(adapter))
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"Cannot load the adapter in {adapter} with its base model: {exc}",
+                         "Check that the base model named in adapter_config.json (base_model_name_or_path) is still there.") from None
+    folder.mkdir(parents=True, exist_ok=True)
+    merged.save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    marker.write_text(stamp)
+    return folder
+
+
 def start_folder(start: str | None, cache: Path) -> Path:
-    """The Hugging Face folder training starts from: `start` when it is one, a GGUF file (or None: the
-    bundled model) converted into `cache`."""
+    """The Hugging Face folder training starts from: `start` when it is one, a LoRA adapter folder merged
+    into its base, a GGUF file (or None: the bundled model) converted; the converted ones go into `cache`."""
     if start is None:
         return convert_gguf(bundled_gguf(), cache / "smollm2-135m-instruct")
     path = Path(start)
     if path.is_file() and path.suffix.lower() == ".gguf":
         return convert_gguf(path, cache / path.stem)
+    if path.is_dir() and (path / "adapter_config.json").is_file():
+        return merge_adapter(path, cache / f"{path.resolve().parent.name}-{path.name}-merged")
     if path.is_dir() and (path / "config.json").is_file():
         return path
-    raise UsageError(f"--start {start} is neither a Hugging Face model folder (with config.json) nor a .gguf file.",
-                     "Give a local model folder or a GGUF file, or leave --start out for the bundled SmolLM2.")
+    raise UsageError(f"--start {start} is neither a Hugging Face model folder (with config.json), a LoRA adapter folder, nor a .gguf file.",
+                     "Give a local model folder, an adapter folder or a GGUF file, or leave --start out for the bundled SmolLM2.")

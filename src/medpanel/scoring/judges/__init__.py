@@ -19,7 +19,7 @@ The package, by concern:
     released.py      released mode's requests, checks and layouts; release_mode.py its rubrics and
                      the training reward's judges
     candidates.py    the text each judge grades, read from an outcome and its transcript
-    scorers.py       the judges as scorers (BOARD_JUDGE, SPECIALIST_JUDGE, BERTSCORE)
+    scorers.py       the judges as scorers (BOARD_JUDGE, SPECIALIST_JUDGE, BERTSCORE, BOARD_REWARD)
 
 This module only gathers the public names, so `from medpanel.scoring import judges` reads as one API.
 """
@@ -39,11 +39,11 @@ from medpanel.scoring.judges.schemas import (JUDGE_MODES, NO_ANSWER, NO_CONCLUSI
                                              ConsistencyVerdict, DecisionScope, EquivalenceVerdict, JudgeMode, JudgeResult, ScopeLabel,
                                              Status, check_mode, decisions_schema, failed, merged_scores, record)
 from medpanel.scoring.judges.scope import ScopeBook
-from medpanel.scoring.judges.scorers import BERTSCORE, BOARD_JUDGE, SPECIALIST_JUDGE, specialist_candidate
+from medpanel.scoring.judges.scorers import BERTSCORE, BOARD_JUDGE, BOARD_REWARD, SPECIALIST_JUDGE, specialist_candidate
 from medpanel.scoring.judges.tags import UNTRUSTED_NOTE, UNTRUSTED_TAGS, evidence_text, neutralise_tags, tagged
 
 __all__ = [
-    "ALIGNMENT_SYSTEM", "BERTSCORE", "BOARD_JUDGE", "CONSISTENCY_SYSTEM", "DECISION_WEIGHTS", "DECISIONS_SYSTEM",
+    "ALIGNMENT_SYSTEM", "BERTSCORE", "BOARD_JUDGE", "BOARD_REWARD", "CONSISTENCY_SYSTEM", "DECISION_WEIGHTS", "DECISIONS_SYSTEM",
     "DEFAULT_MAX_TOKENS", "DEFAULT_PROMPTS", "DIMENSIONS", "EQUIVALENCE_SYSTEM", "JUDGE_MODES", "NO_ANSWER", "NO_CONCLUSION",
     "RUBRICS", "SCOPE_SYSTEM", "SCORE_NAMES", "SPECIALIST_JUDGE", "UNTRUSTED_NOTE", "UNTRUSTED_TAGS", "AlignmentScore",
     "AlignmentVerdict", "ConsistencyVerdict", "DecisionScope", "EquivalenceVerdict", "JudgeMode", "JudgeResult", "Request",
