@@ -221,16 +221,6 @@ def test_a_lora_adapter_folder_loads_merged_on_its_base(folder, tmp_path):
 
 
 @pytest.mark.slow
-def test_medpanel_board_runs_on_a_folder(folder, cli_env):
-    proc = subprocess.run([MEDPANEL, "board", "examples/prostate", "--model", f"local:sft?path={folder}&threads=1", "--max-tokens", "24", "--json"],
-                          env=cli_env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout)
-    assert result["item"]["status"] == "done" and result["item"]["output_tokens"] == 24
-    assert [e["model"] for e in result["events"] if e["kind"] == "turn"] == ["local:sft"]
-
-
-@pytest.mark.slow
 def test_bench_stores_results_of_a_small_folder(folder, cli_env, shared_data):
     from medpanel.runs.store import Store
 

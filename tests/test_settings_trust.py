@@ -226,7 +226,7 @@ CHANGES: dict[str, dict[str, tuple]] = {
 }
 # The board's judges run only with a judge model configured, which a judge-free run cannot exercise: their
 # settings are tested with the judges (tests/test_judges.py, tests/test_board.py).
-JUDGE_SETTINGS = {"judge_mode", "judge_prompt_files", "judge_max_tokens", "bertscore"}
+JUDGE_SETTINGS = {"judge_mode", "judge_prompt_files", "judge_max_tokens", "bertscore", "reward"}  # scoring: tests of each scorer
 # Likewise HealthBench's rubric grader (single, longform): its settings are tested in tests/test_healthbench.py.
 GRADER_SETTINGS = {"grader_concurrency", "grader_max_tokens"}
 

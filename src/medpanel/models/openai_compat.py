@@ -4,6 +4,7 @@
     openai:my-model@http://127.0.0.1:8000/v1?vision=true&key_env=VLLM_API_KEY&json_mode=json_object
     openai:my-r1@http://127.0.0.1:8000/v1?reasoning=1      (hidden reasoning counts: default budgets leave room)
     openai:qwen2.5-0.5b@http://127.0.0.1:8000/v1?small=1   (a small model: protocols keep compact budgets)
+    openai:m@http://h1:8000/v1|http://h2:8000/v1?endpoint_concurrency=32   (a pool of servers: models/endpoints.py)
 
 The SDK's own retries are off (max_retries=0): `Model.complete` retries, and only what we classify
 as transient here (429, 5xx, timeouts, dropped connections, undecodable bodies). A rejection that
@@ -27,11 +28,12 @@ from openai import AsyncOpenAI
 from medpanel.errors import ModelCallError, TransientModelError, UsageError
 from medpanel.models.base import Generation, Model, Request, Usage, thinking_name
 from medpanel.models.capabilities import FORMS, ServerMemory, UnsupportedParameter, forms_in_order, rejected_parameter
+from medpanel.models.endpoints import ENDPOINT_ERRORS, SEPARATOR, pool_urls, shared_pool
 from medpanel.models.registry import spec_flag
 from medpanel.models.runtime import Runtime
 from medpanel.models.structured import server_schema
 
-KNOWN_PARAMS = ("vision", "key_env", "json_mode", "price_in", "price_out", "small", "reasoning")
+KNOWN_PARAMS = ("vision", "key_env", "json_mode", "price_in", "price_out", "small", "reasoning", "endpoint_concurrency")
 JSON_MODES = FORMS  # the form tried first; the other is the fallback when a server rejects it
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 # Local servers usually ignore the key, but the SDK insists on one.
@@ -147,6 +149,7 @@ class OpenAIModel(Model):
         json_mode: str = "json_schema",
         small: bool = False,
         reasoning: bool | None = None,
+        endpoint_concurrency: int | None = None,
         runtime: Runtime | None = None,
     ) -> None:
         super().__init__(name, runtime)
@@ -156,14 +159,21 @@ class OpenAIModel(Model):
         self.reasoning_flag = reasoning  # as the spec said (?reasoning=1): such a model is taken to sample at its default
         if json_mode not in JSON_MODES:
             raise UsageError(f"Unknown json_mode '{json_mode}' for {self.id}.", f"Use one of: {', '.join(JSON_MODES)}.")
-        self.base_url = base_url
+        # Several base URLs (url1|url2|...): one model behind a pool of servers (models/endpoints.py), named by
+        # its endpoints normalised and sorted, so their order in the spec makes no other model (cache, prices).
+        urls = pool_urls(base_url)
+        if endpoint_concurrency is not None and not urls:
+            raise UsageError(f"endpoint_concurrency is set for {name}, which has one base URL.",
+                             "It caps each endpoint of a pool (url1|url2|...); for one server, use --concurrency.")
+        self.base_url = SEPARATOR.join(urls) if urls else base_url
+        self.pool = shared_pool(urls, endpoint_concurrency) if urls else None
         self.api_key = api_key
         self.supports_vision = vision
         self.json_mode = json_mode  # as configured: part of the cache identity, whatever the server turns out to take
         self.memory = ServerMemory(base_url, name, self.runtime)
         # One SDK client per event loop: its connection pool belongs to the loop that opened it, and a
         # program may call asyncio.run more than once.
-        self._clients: dict[int, tuple[asyncio.AbstractEventLoop, AsyncOpenAI]] = {}
+        self._clients: dict[tuple[int, str | None], tuple[asyncio.AbstractEventLoop, AsyncOpenAI]] = {}
 
     @classmethod
     def from_spec(cls, spec: Any, runtime: Runtime, **kwargs: Any) -> "OpenAIModel":
@@ -196,8 +206,17 @@ class OpenAIModel(Model):
             price_in = _price(params["price_in"], "price_in") if "price_in" in params else known[0]
             price_out = _price(params["price_out"], "price_out") if "price_out" in params else known[1]
             runtime.prices.set(spec.name, (price_in, price_out), spec.base_url)  # this server's price only
+        cap = None
+        if "endpoint_concurrency" in params:
+            try:
+                cap = int(params["endpoint_concurrency"])
+                if cap < 1:
+                    raise ValueError
+            except ValueError:
+                raise UsageError(f"endpoint_concurrency={params['endpoint_concurrency']!r} in the spec of openai:{spec.name} is not a whole number above 0.",
+                                 "Give the requests in flight per endpoint, e.g. ?endpoint_concurrency=32.") from None
         return cls(spec.name, base_url=spec.base_url, api_key=api_key, vision=vision, json_mode=json_mode, small=small,
-                   reasoning=reasoning, runtime=runtime, **kwargs)
+                   reasoning=reasoning, endpoint_concurrency=cap, runtime=runtime, **kwargs)
 
     def cache_identity(self) -> dict:
         # The same model name on two servers (or two quantisations) are different models.
@@ -211,23 +230,22 @@ class OpenAIModel(Model):
 
     # ------------------------------------------------------------------ client
 
-    def _client(self) -> AsyncOpenAI:
+    def _client(self, url: str | None) -> AsyncOpenAI:
         loop = asyncio.get_running_loop()
-        held = self._clients.get(id(loop))
+        held = self._clients.get((id(loop), url))
         if held is not None and held[0] is loop:
             return held[1]
         # Forget clients of loops that are gone; their sockets died with them.
         self._clients = {k: v for k, v in self._clients.items() if not v[0].is_closed()}
-        client = AsyncOpenAI(api_key=self.api_key or os.environ.get(DEFAULT_KEY_ENV) or PLACEHOLDER_KEY, base_url=self.base_url,
+        client = AsyncOpenAI(api_key=self.api_key or os.environ.get(DEFAULT_KEY_ENV) or PLACEHOLDER_KEY, base_url=url,
                              max_retries=0, http_client=_http_client())
-        self._clients[id(loop)] = (loop, client)
+        self._clients[(id(loop), url)] = (loop, client)
         return client
 
     async def aclose(self) -> None:
         loop = asyncio.get_running_loop()
-        held = self._clients.pop(id(loop), None)
-        if held is not None:
-            await held[1].close()
+        for key in [k for k in self._clients if k[0] == id(loop)]:
+            await self._clients.pop(key)[1].close()
 
     # ------------------------------------------------------------------ request building
 
@@ -310,29 +328,68 @@ class OpenAIModel(Model):
         )
 
     async def _send(self, request: Request, args: dict) -> Generation:
-        client = self._client()
+        if self.pool is None:
+            return await self._send_to(self.base_url, request, args)
+        return await self._send_pooled(request, args)
+
+    async def _send_pooled(self, request: Request, args: dict) -> Generation:
+        """One attempt over the pool, within the attempt's `timeout_s` in all: the least busy usable endpoint,
+        then (on an endpoint's failure) each other one at most once; the last failure goes to the retry policy."""
+        deadline = time.monotonic() + request.timeout_s
+        tried: set[str] = set()
+        last: TransientModelError | None = None
+        while True:
+            lease = await self.pool.acquire(tried, deadline)
+            if lease is None:
+                if last is not None:
+                    raise last
+                raise TransientModelError(f"{self.id}: no endpoint of its pool ({len(self.pool.endpoints)}) could take the request within "
+                                          f"{request.timeout_s:g}s (all down, rate limited or full).", kind="connection", model=self.id,
+                                          retry_after=self.pool.next_ready())
+            url = lease.endpoint.url
+            try:
+                generation = await self._send_to(url, request, args, max(0.001, deadline - time.monotonic()))
+            except TransientModelError as exc:
+                if exc.kind not in ENDPOINT_ERRORS:
+                    self.pool.release(lease, "neutral")
+                    raise
+                self.pool.release(lease, "limited" if exc.kind == "rate_limit" else "failed", exc.retry_after)
+                tried.add(url)
+                last = exc
+                continue
+            except BaseException:  # refused for the request's own sake (4xx, a rejected parameter), or cancelled
+                self.pool.release(lease, "neutral")
+                raise
+            self.pool.release(lease, "ok")
+            return generation
+
+    async def _send_to(self, url: str | None, request: Request, args: dict, timeout_s: float | None = None) -> Generation:
+        """One request to one server; `timeout_s` (default: the request's) is its total deadline."""
+        client = self._client(url)
+        limit = request.timeout_s if timeout_s is None else timeout_s
+        at = f" at {url}" if self.pool is not None else ""  # which endpoint of a pool said it
         try:
             # The SDK's timeout is per read, so a server trickling bytes could hold a call for ever:
             # asyncio.timeout makes timeout_s a total deadline for the attempt, body included.
-            async with asyncio.timeout(request.timeout_s):
-                response = await client.chat.completions.create(**args, timeout=request.timeout_s)
+            async with asyncio.timeout(limit):
+                response = await client.chat.completions.create(**args, timeout=limit)
         except TimeoutError:
-            raise TransientModelError(f"{self.id} did not finish within {request.timeout_s:g}s.", kind="timeout", model=self.id) from None
+            raise TransientModelError(f"{self.id}{at} did not finish within {limit:g}s.", kind="timeout", model=self.id) from None
         except openai.APITimeoutError as exc:  # before APIConnectionError, its parent
             if _refused(exc):  # the aiohttp transport reports a refused connection as a connect timeout
-                raise TransientModelError(f"{self.id}: cannot reach {self.base_url or 'the OpenAI API'} (connection refused).", kind="connection", model=self.id) from None
-            raise TransientModelError(f"{self.id} timed out after {request.timeout_s:g}s.", kind="timeout", model=self.id) from None
+                raise TransientModelError(f"{self.id}: cannot reach {url or 'the OpenAI API'} (connection refused).", kind="connection", model=self.id) from None
+            raise TransientModelError(f"{self.id}{at} timed out after {limit:g}s.", kind="timeout", model=self.id) from None
         except openai.APIConnectionError as exc:
-            raise TransientModelError(f"{self.id}: cannot reach {self.base_url or 'the OpenAI API'} ({exc}).", kind="connection", model=self.id) from None
+            raise TransientModelError(f"{self.id}: cannot reach {url or 'the OpenAI API'} ({exc}).", kind="connection", model=self.id) from None
         except openai.APIResponseValidationError as exc:
-            raise TransientModelError(f"{self.id} sent a response that does not fit the Chat Completions format: {exc.message}", kind="malformed_response", model=self.id) from None
+            raise TransientModelError(f"{self.id}{at} sent a response that does not fit the Chat Completions format: {exc.message}", kind="malformed_response", model=self.id) from None
         except openai.APIStatusError as exc:
             param = rejected_parameter(exc.status_code, exc.body, _server_message(exc), args)
             if param is not None:
                 raise UnsupportedParameter(self.id, param, _server_message(exc)[:500], exc.status_code) from None
-            raise self._status_error(exc) from None
+            raise self._status_error(exc, url) from None
         except ValueError as exc:  # json.JSONDecodeError on a truncated body, pydantic errors on odd shapes
-            raise TransientModelError(f"{self.id} sent a body that could not be decoded ({type(exc).__name__}: {exc}).", kind="malformed_response", model=self.id) from None
+            raise TransientModelError(f"{self.id}{at} sent a body that could not be decoded ({type(exc).__name__}: {exc}).", kind="malformed_response", model=self.id) from None
         return self.to_generation(response)
 
     def to_generation(self, response: Any) -> Generation:
@@ -359,17 +416,18 @@ class OpenAIModel(Model):
             model=getattr(response, "model", None) or self.name,
         )
 
-    def _status_error(self, exc: openai.APIStatusError) -> ModelCallError:
+    def _status_error(self, exc: openai.APIStatusError, url: str | None = None) -> ModelCallError:
         status = exc.status_code
         detail = _server_message(exc)
         said = f": {detail}" if detail else ""
+        at = f" at {url}" if self.pool is not None else ""
         if status == 429:
-            return TransientModelError(f"{self.id} is rate limited (HTTP 429){said}", kind="rate_limit", model=self.id, retry_after=parse_retry_after(exc.response.headers))
+            return TransientModelError(f"{self.id}{at} is rate limited (HTTP 429){said}", kind="rate_limit", model=self.id, retry_after=parse_retry_after(exc.response.headers))
         if status >= 500:
-            return TransientModelError(f"{self.id}: server error (HTTP {status}){said}", kind="server_error", model=self.id, retry_after=parse_retry_after(exc.response.headers))
+            return TransientModelError(f"{self.id}{at}: server error (HTTP {status}){said}", kind="server_error", model=self.id, retry_after=parse_retry_after(exc.response.headers))
         if status == 408:
             return TransientModelError(f"{self.id}: the server timed out the request (HTTP 408){said}", kind="timeout", model=self.id)
-        where = self.base_url or "the OpenAI API"
+        where = url or self.base_url or "the OpenAI API"
         if status in (401, 403):
             return ModelCallError(
                 f"{self.id}: the server refused the API key (HTTP {status}){said}",

@@ -28,7 +28,6 @@ not exported is counted with its reason.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -45,6 +44,7 @@ from medpanel.protocols.consult import (DISCHARGE_REQUEST, PHYSICIAN, PHYSICIAN_
 from medpanel.protocols.debate import DebateSettings, Stance, debate_messages
 from medpanel.protocols.single import answer_messages
 from medpanel.runs.runner import RunConfig, expand_items
+from medpanel.train.data import write_jsonl
 
 SUPPORTED = ("debate", "consult")
 DEFAULT_SCORE = {"debate": "accuracy", "consult": "code_f1"}
@@ -408,12 +408,6 @@ def split_export(export: Export, validation: float = 0.1, seed: int = 0, previou
     return files, placed
 
 
-def _write_jsonl(path: Path, records: Iterable[dict]) -> str:
-    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    path.write_text(text, encoding="utf-8")
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def write_export(out_dir: Path, export: Export, *, validation: float = 0.1, seed: int = 0, min_gap: float = DEFAULT_MIN_GAP) -> dict:
     """Split and write the JSONL files (those with records: sft_train, sft_validation, preferences_train,
     preferences_validation) and manifest.json into `out_dir`; returns the manifest. A manifest already there
@@ -446,7 +440,7 @@ def write_export(out_dir: Path, export: Export, *, validation: float = 0.1, seed
         for name, records in files.items():  # datasets cannot load an empty JSONL file: an empty side is not written
             path = out_dir / f"{name}.jsonl"
             if records:
-                written[path.name] = {"records": len(records), "sha256": _write_jsonl(path, records)}
+                written[path.name] = {"records": len(records), "sha256": write_jsonl(path, records)}
             elif path.exists():
                 path.unlink()  # an earlier export's, now stale
         manifest = {"runs": export.runs, "seed": seed, "validation_share": validation, "min_gap": min_gap,
