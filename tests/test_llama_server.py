@@ -197,7 +197,7 @@ def test_chat(server, env):
 
 
 def test_live_board(server, env):
-    out = ok(medpanel(["board", "examples/prostate", "--live", "--model", server.spec, "--max-turns", "1", "--max-tokens", "200"], env), server)
+    out = ok(medpanel(["board", "examples/prostate", "--live", "--model", server.spec, "--max-turns", "1", "--max-tokens", "120"], env), server)
     assert "Conclusion" in out
 
 
