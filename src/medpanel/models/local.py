@@ -224,6 +224,13 @@ class PerCallSampling(Model):
         variant.sampling = with_sampling(self.sampling, overrides)
         return await Model.complete(variant, messages, schema, **options)
 
+    async def generate(self, request: Request) -> Generation:
+        # Decoding holds the CPU: in a worker thread, so the event loop stays free for the other calls.
+        return await asyncio.to_thread(self._generate_blocking, request)
+
+    def _generate_blocking(self, request: Request) -> Generation:
+        raise NotImplementedError
+
 
 class LocalModel(PerCallSampling):
     provider = "local"
@@ -317,9 +324,6 @@ class LocalModel(PerCallSampling):
             if self.prefix_cache_mb is not None:
                 self._loaded.prefixes.capacity = self.prefix_cache_mb << 20
         return self._loaded
-
-    async def generate(self, request: Request) -> Generation:
-        return await asyncio.to_thread(self._generate_blocking, request)
 
     def _generate_blocking(self, request: Request) -> Generation:
         from medpanel.models.local_grammar import Sampler, decode

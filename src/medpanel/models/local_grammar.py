@@ -268,9 +268,12 @@ class GrammarTokenizer:
             warnings.simplefilter("ignore", DeprecationWarning)
             self.tokenizer = lltokenizer_from_vocab(vocab)
         self.n_vocab = int(llama.n_vocab())
-        # Tokens that end something: inside a string only a quote closes it (a bare `}` there is
-        # just text); outside one a quote would open a new string, while a bracket closes and an
-        # empty `[]`/`{}` completes a value. A plain letter tells the two places apart.
+        self._closing_tiers()
+
+    def _closing_tiers(self) -> None:
+        """Tokens that end something: inside a string only a quote closes it (a bare `}` there is just
+        text); outside one a quote would open a new string, while a bracket closes and an empty `[]`/`{}`
+        completes a value. A plain letter tells the two places apart. Needs `tokenizer` and `n_vocab`."""
         quote_first = np.zeros(self.n_vocab, dtype=bool)
         brackets = np.zeros(self.n_vocab, dtype=bool)
         empties = np.zeros(self.n_vocab, dtype=bool)

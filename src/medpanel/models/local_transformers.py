@@ -37,7 +37,6 @@ UsageError (exit 2) with the fix.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import importlib.util
 import json
@@ -211,27 +210,11 @@ class HFGrammarTokenizer(GrammarTokenizer):
     """local_grammar's GrammarTokenizer over a Hugging Face fast tokenizer instead of a llama.cpp vocabulary."""
 
     def __init__(self, tokenizer: Any, n_vocab: int, eos: Sequence[int]) -> None:
-        import numpy as np
         from llguidance.hf import from_tokenizer
-
-        from medpanel.models.local_grammar import _CLOSING_CHARS
 
         self.tokenizer = from_tokenizer(tokenizer, n_vocab=n_vocab, eos_token=list(eos) or None)
         self.n_vocab = n_vocab
-        # The same closing tiers as the llama.cpp path (see GrammarTokenizer.__init__).
-        quote_first = np.zeros(n_vocab, dtype=bool)
-        brackets = np.zeros(n_vocab, dtype=bool)
-        empties = np.zeros(n_vocab, dtype=bool)
-        for token in range(min(n_vocab, self.tokenizer.vocab_size)):
-            piece = self.tokenizer.decode_bytes([token])
-            if piece and set(piece) <= _CLOSING_CHARS:
-                (quote_first if piece[:1] == b'"' else brackets)[token] = True
-            elif piece.strip(b" ") in (b"[]", b"{}", b'""'):
-                empties[token] = True
-        self.quote_tiers = (quote_first, brackets)
-        self.bracket_tiers = (brackets, empties, quote_first)
-        self.letter = self.tokenizer.tokenize_str("a")[0]
-        self._grammars = {}
+        self._closing_tiers()  # the same closing tiers as the llama.cpp path
 
 
 def _new_cache(model: Any) -> Any:
@@ -585,9 +568,6 @@ class TransformersModel(PerCallSampling):
         if self._loaded is None:
             self._loaded = load_folder(self.folder, self.threads)
         return self._loaded
-
-    async def generate(self, request: Request) -> Generation:
-        return await asyncio.to_thread(self._generate_blocking, request)
 
     def _generate_blocking(self, request: Request) -> Generation:
         from medpanel.models.local_grammar import Sampler

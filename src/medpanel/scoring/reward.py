@@ -158,18 +158,20 @@ def board_reward(
     tokenizer: Tokenizer | None = None,
     length_limit: int | None = None,
     truncated: bool = False,
+    format_score: FormatScore | None = None,
 ) -> Reward:
     """The reward of one Board Simulation response.
 
     `judges` may be None only for a response that needs none (see `needs_judges`); passing them for
     such a response is harmless, they are ignored. `reference`, when given, is checked to hold a
-    conclusion the judges can read (`split_reference`). Token arguments: see board_format.
+    conclusion the judges can read (`split_reference`). Token arguments: see board_format. `format_score`:
+    the response's format term when the caller has already computed it under these settings.
     """
     s = settings or RewardSettings()
     if reference is not None:
         split_reference(reference)
-    fmt = score_format(response, settings=s.format, response_tokens=response_tokens, tokenizer=tokenizer,
-                       length_limit=length_limit, truncated=truncated)
+    fmt = format_score if format_score is not None else score_format(
+        response, settings=s.format, response_tokens=response_tokens, tokenizer=tokenizer, length_limit=length_limit, truncated=truncated)
     if fmt.failure is not None:
         match = s.invalid_match
         return Reward(reward=match + s.format_weight * fmt.score, match=match, judged=False, format=fmt, preset=s.preset)

@@ -103,7 +103,7 @@ def run_grpo(settings: GrpoSettings, judge: Any, store: Any) -> dict:
     from medpanel.errors import BudgetExceeded
     from medpanel.train import records
     from medpanel.train.reward import BoardReward
-    from medpanel.train.weights import start_folder
+    from medpanel.train.weights import lora_config, start_folder
 
     if settings.group_size < 2:
         raise UsageError(f"--group-size {settings.group_size}: a group needs at least 2 samples (advantages are reward minus the group mean).",
@@ -149,13 +149,7 @@ def run_grpo(settings: GrpoSettings, judge: Any, store: Any) -> dict:
     too_long = {"train": counts["train"] - len(train), "validation": counts["validation"] - (len(held) if held is not None else 0)}
     if held is not None and len(held) == 0:
         held = None
-    peft_config = None
-    if settings.lora:
-        try:
-            from peft import LoraConfig
-        except ImportError:
-            raise MissingExtraError("LoRA training", "train", "peft") from None
-        peft_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, task_type="CAUSAL_LM", target_modules="all-linear")
+    peft_config = lora_config(settings.lora_r, settings.lora_alpha, "LoRA training") if settings.lora else None
     log_path = out / "rewards.jsonl"
     if resume:
         _drop_rows_from(log_path, done_before)  # the crashed attempt's samples from the steps about to be redone

@@ -69,7 +69,7 @@ def run_sft(settings: SftSettings, store=None) -> dict:
         raise MissingExtraError("supervised finetuning", "train", "trl") from None
     from transformers.trainer_utils import get_last_checkpoint
 
-    from medpanel.train.weights import start_folder
+    from medpanel.train.weights import lora_config, start_folder
 
     out, data = Path(settings.out).resolve(), Path(settings.data)
     splits = _datasets(data)
@@ -83,13 +83,7 @@ def run_sft(settings: SftSettings, store=None) -> dict:
         model = AutoModelForCausalLM.from_pretrained(str(start))
     except (OSError, ValueError) as exc:
         raise UsageError(f"Cannot load the starting model from {start}: {exc}", "Give a complete Hugging Face folder (config, weights, tokenizer).") from None
-    peft_config = None
-    if settings.lora:
-        try:
-            from peft import LoraConfig
-        except ImportError:
-            raise MissingExtraError("LoRA finetuning", "train", "peft") from None
-        peft_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, task_type="CAUSAL_LM", target_modules="all-linear")
+    peft_config = lora_config(settings.lora_r, settings.lora_alpha, "LoRA finetuning") if settings.lora else None
     # An example whose prompt alone fills max_length leaves nothing to learn (TRL drops it, and a split left
     # empty fails deep inside the trainer): say so here instead.
     def tokens(messages, generation_prompt: bool) -> int:

@@ -107,3 +107,12 @@ def start_folder(start: str | None, cache: Path) -> Path:
         return path
     raise UsageError(f"--start {start} is neither a Hugging Face model folder (with config.json), a LoRA adapter folder, nor a .gguf file.",
                      "Give a local model folder, an adapter folder or a GGUF file, or leave --start out for the bundled SmolLM2.")
+
+
+def lora_config(r: int, alpha: int, what: str):
+    """peft's LoRA settings for training adapters on every linear layer of a causal LM."""
+    try:
+        from peft import LoraConfig
+    except ImportError:
+        raise MissingExtraError(what, "train", "peft") from None
+    return LoraConfig(r=r, lora_alpha=alpha, task_type="CAUSAL_LM", target_modules="all-linear")

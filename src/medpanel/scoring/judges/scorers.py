@@ -103,7 +103,7 @@ async def _board_reward(case: Case, outcome: Any, ctx: ScoreContext) -> Scores:
             return {"reward": None, "reward_format": fmt.score, "reward_judged": 0.0, "reward_judge_failed": 1.0}
         if judged is None:  # the paper preset has no gate: a conclusion without a discussion block scores the judged terms' floor
             judged, floored = JudgeScores(alignment=1, decisions=0, consistency=0), True
-    result = board_reward(response, judged, settings=rules, **tokens)
+    result = board_reward(response, judged, settings=rules, format_score=fmt)  # the format term computed above
     return {"reward": result.reward, "reward_match": result.match, "reward_format": result.format.score,
             "reward_alignment": result.alignment, "reward_decisions": result.decisions, "reward_consistency": result.consistency,
             "reward_judged": 1.0 if result.judged and not floored else 0.0, "reward_judge_failed": 0.0}
