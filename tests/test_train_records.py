@@ -73,3 +73,19 @@ def test_the_cli_lists_training_runs_and_reports_one(tmp_path, cli_env):
     unwritable = subprocess.run([MEDPANEL, "report", run_id, "--out", str(tmp_path / "a-file")], env=env, cwd=ROOT, capture_output=True,
                                 text=True, timeout=60)
     assert unwritable.returncode == 2 and "Cannot write the report" in unwritable.stderr and "Traceback" not in unwritable.stderr
+
+
+def test_training_commands_without_the_train_extra_say_how_to_install_it(tmp_path, cli_env):
+    """A fresh `pip install -e .[local]` has no transformers/trl: one line with the install command, exit 2."""
+    import sys
+
+    data = tmp_path / "data"
+    built = subprocess.run([MEDPANEL, "train", "data", "examples", "--out", str(data), "--validation", "0.2"], env=cli_env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert built.returncode == 0, built.stderr
+    judge = f"scripted:{ROOT / 'examples' / 'training' / 'scripted_judge.yaml'}"
+    for command in (["grpo", str(data), "--out", str(tmp_path / "g"), "--judge", judge], ["sft", str(data), "--out", str(tmp_path / "s")]):
+        code = ("import sys; sys.modules['transformers'] = None; sys.modules['trl'] = None; from medpanel.cli import main; "
+                f"sys.argv = ['medpanel', 'train', *{command!r}]; main()")
+        proc = subprocess.run([sys.executable, "-c", code], env=cli_env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2 and "medpanel[train]" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-2000:]

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from medpanel.cli.common import JsonOpt, RunOptions, StoreOpt, app, bind_options, err, open_store, out, print_json
-from medpanel.errors import UsageError
+from medpanel.errors import MissingExtraError, UsageError
 
 train_app = typer.Typer(no_args_is_help=True, help="Train a small model to hold a tumor board (training data first).")
 app.add_typer(train_app, name="train")
@@ -174,7 +174,10 @@ def grpo(
     from medpanel.train.grpo import GrpoSettings, run_grpo
 
     FormatSettings.for_preset(preset)  # an unknown preset is refused before anything loads
-    from transformers import SchedulerType
+    try:
+        from transformers import SchedulerType
+    except ImportError:
+        raise MissingExtraError("GRPO training", "train", "transformers") from None
 
     if lr_scheduler not in {t.value for t in SchedulerType}:
         raise UsageError(f"--lr-scheduler {lr_scheduler!r} is not a schedule transformers knows.",
