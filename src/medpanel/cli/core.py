@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from typing import Annotated, Any, Optional
@@ -50,7 +51,7 @@ def info(store: StoreOpt = None, as_json: JsonOpt = False) -> None:
         return
     out.print(styled((f"medpanel {data['version']}", "bold"), f" (Python {data['python']})"))
     out.print(f"store:       {data['store']}", soft_wrap=True)  # paths whole: the terminal wraps, nothing is split
-    out.print(f"data folder: {data['data_dir']}{'' if data['data_dir_exists'] else '  (missing: set MEDPANEL_DATA_DIR)'}")
+    out.print(f"data folder: {data['data_dir']}{'' if data['data_dir_exists'] else '  (missing: set MEDPANEL_DATA_DIR)'}", soft_wrap=True)
     out.print("extras:      " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in data["extras"].items()))
     out.print(f"local model: {data['local_model']}", soft_wrap=True)
     out.print("providers:   " + ", ".join(data["providers"]))
@@ -145,10 +146,12 @@ def bench(
     models: Annotated[Optional[list[str]], typer.Option("--models", "-m", envvar="MEDPANEL_MODELS", help="Model specs, comma-separated or repeated.")] = None,
     runs: Annotated[int, typer.Option("--runs", envvar="MEDPANEL_RUNS", min=1, help="Repeats of every item.")] = 1,
     limit: Annotated[Optional[int], typer.Option("--limit", envvar="MEDPANEL_LIMIT", min=1, help="Only the first K items.")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", "-c", envvar="MEDPANEL_CONCURRENCY", min=1, max=1024, help="Items in flight at once (with --resume: for the rest of the run).")] = 8,
+    concurrency: Annotated[Optional[int], typer.Option("--concurrency", "-c", envvar="MEDPANEL_CONCURRENCY", min=1, max=1024, help="Items in flight at once (with --resume: for the rest of the run). Default: 256 when every model is a server that paces itself, else 8.")] = None,
     resume: Annotated[Optional[str], typer.Option("--resume", envvar="MEDPANEL_RESUME", help="Finish a run: only its missing or failed items are run.")] = None,
     set_: Annotated[Optional[list[str]], typer.Option("--set", envvar="MEDPANEL_SET", help="Protocol setting KEY=VALUE (repeatable).")] = None,
     run_id: Annotated[Optional[str], typer.Option("--run-id", envvar="MEDPANEL_RUN_ID", help="Id for a new run (default: time-based).")] = None,
+    executor: Annotated[str, typer.Option("--executor", envvar="MEDPANEL_EXECUTOR", help="Where items run: local (this process) or ray (a Ray cluster; this process still writes every item). See docs/scale.md.")] = "local",
+    address: Annotated[Optional[str], typer.Option("--address", envvar="MEDPANEL_RAY_ADDRESS", help="With --executor ray: the cluster's head, HOST:PORT as `ray start --head` printed it (default: a local Ray instance).")] = None,
     as_json: JsonOpt = False,
     *,
     opts: RunOptions,
@@ -169,6 +172,15 @@ def bench(
         if ignored:
             raise UsageError(f"--resume finishes a run as it was started; {', '.join(ignored)} cannot change it.",
                              f"Drop {', '.join(ignored)}, or start a new run without --resume.")
+    if executor not in ("local", "ray"):
+        raise UsageError(f"--executor {executor!r} is not one of: local, ray.", "Use --executor local (the default) or --executor ray.")
+    if address and executor != "ray" and address != os.environ.get("MEDPANEL_RAY_ADDRESS"):  # the variable alone may stay set
+        raise UsageError("--address names a Ray cluster, which only --executor ray uses.", "Add --executor ray, or drop --address.")
+    item_executor = None
+    if executor == "ray":
+        from medpanel.runs.ray_executor import RayExecutor
+
+        item_executor = RayExecutor(address)  # the extra is checked here; the cluster when the run starts
     db, runtime = opts.start()
     if resume:
         run_id = db.resolve_run_id(resume)
@@ -182,10 +194,13 @@ def bench(
     bar, hook = _progress_printer(as_json)
     try:
         with bar:
-            result = asyncio.run(run_benchmark(db, config, runtime, run_id=run_id, resume=bool(resume), on_progress=hook))
+            result = asyncio.run(run_benchmark(db, config, runtime, run_id=run_id, resume=bool(resume), on_progress=hook, executor=item_executor))
     except KeyboardInterrupt:
         err.print(styled(("Interrupted.", "yellow"), f" Finished items are saved; continue with: medpanel bench --resume {run_id or 'last'}"))
         raise typer.Exit(130)
+    finally:
+        if item_executor is not None:
+            item_executor.shutdown()
     if result.took_over:
         err.print(f"Run {result.run_id} was marked interrupted and resumed here: {result.took_over}.", markup=False, highlight=False)
     summary = summarize(db, result.run_id)

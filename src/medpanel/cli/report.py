@@ -66,7 +66,7 @@ def report(
         print_json(data)
         return
     if html_file is not None:
-        out.print(str(html_file))  # the page is the report: print where it is
+        out.print(str(html_file), soft_wrap=True)  # the page is the report: print where it is, whole
         if out_dir is not None:
             err.print(f"wrote {', '.join(written)}", style="dim")
         return
@@ -116,7 +116,7 @@ def _training_report(db, refs: list[str], out_dir: Path | None, html_file: Path 
     if as_json:
         print_json(report)
     elif html_file is not None:
-        out.print(str(html_file))
+        out.print(str(html_file), soft_wrap=True)
     else:
         from rich.markdown import Markdown
 

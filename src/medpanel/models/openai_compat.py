@@ -5,9 +5,15 @@
     openai:my-r1@http://127.0.0.1:8000/v1?reasoning=1      (hidden reasoning counts: default budgets leave room)
     openai:qwen2.5-0.5b@http://127.0.0.1:8000/v1?small=1   (a small model: protocols keep compact budgets)
     openai:m@http://h1:8000/v1|http://h2:8000/v1?endpoint_concurrency=32   (a pool of servers: models/endpoints.py)
+    openai:gpt-4o-mini?rpm=500&tpm=200000      (the account's limits: requests and tokens per minute)
 
-The SDK's own retries are off (max_retries=0): `Model.complete` retries, and only what we classify
-as transient here (429, 5xx, timeouts, dropped connections, undecodable bodies). A rejection that
+Each endpoint paces itself (models/adaptive.py): a window of requests in flight that grows while answers
+come back promptly and narrows when latency rises or the server is overloaded, a pace learned from its
+429s, Retry-After honoured by every request to it; `?adaptive=0` turns the learning off.
+
+The call itself is one POST over aiohttp (models/chat_http.py: the SDK's per-request work was most of the
+client's time at hundreds of calls in flight). `Model.complete` retries, and only what we classify as
+transient here (429, 5xx, timeouts, dropped connections, undecodable bodies). A rejection that
 names a parameter we sent is not transient whatever its status: for `response_format` the other
 structured-output form is tried and remembered for the server (models/capabilities.py).
 """
@@ -15,6 +21,7 @@ structured-output form is tried and remembered for the server (models/capabiliti
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
@@ -22,21 +29,22 @@ import time
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-import openai
-from openai import AsyncOpenAI
-
 from medpanel.errors import ModelCallError, TransientModelError, UsageError
 from medpanel.models.base import Generation, Model, Request, Usage, thinking_name
+from medpanel.models.chat_http import DEFAULT_BASE_URL, ChatTransport, StatusError, Unreachable
 from medpanel.models.capabilities import FORMS, ServerMemory, UnsupportedParameter, forms_in_order, rejected_parameter
-from medpanel.models.endpoints import ENDPOINT_ERRORS, SEPARATOR, pool_urls, shared_pool
+from medpanel.models.adaptive import positive, shared_gate
+from medpanel.models.endpoints import ENDPOINT_ERRORS, OVERLOAD_ERRORS, SEPARATOR, normal_url, pool_urls, shared_pool
 from medpanel.models.registry import spec_flag
 from medpanel.models.runtime import Runtime
 from medpanel.models.structured import server_schema
 
-KNOWN_PARAMS = ("vision", "key_env", "json_mode", "price_in", "price_out", "small", "reasoning", "endpoint_concurrency")
+KNOWN_PARAMS = ("vision", "key_env", "json_mode", "price_in", "price_out", "small", "reasoning", "endpoint_concurrency", "rpm", "tpm",
+                "adaptive")
+DEFAULT_ENDPOINT = DEFAULT_BASE_URL  # where a spec without a base URL goes: its gate's name
 JSON_MODES = FORMS  # the form tried first; the other is the fallback when a server rejects it
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
-# Local servers usually ignore the key, but the SDK insists on one.
+# Local servers usually ignore the key; one is always sent, as the SDKs do.
 PLACEHOLDER_KEY = "not-needed"
 
 
@@ -75,17 +83,7 @@ def _price(value: str, name: str) -> float:
     return price
 
 
-def _server_message(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-        if isinstance(inner, str):
-            return inner
-    return exc.message or ""
-
-
+@functools.lru_cache(maxsize=512)  # asked twice a call
 def _reasoning_model(name: str) -> bool:
     """OpenAI's o-series (o1, o3, o4-mini, ...) and the GPT-5 family (gpt-5, gpt-5-mini, gpt-5-nano, dated
     snapshots, "openai/gpt-5-mini" via a gateway; not the non-reasoning gpt-5-chat*): they refuse max_tokens
@@ -100,17 +98,6 @@ def _ignores_temperature(name: str) -> bool:
     return _reasoning_model(name) or name.rsplit("/", 1)[-1].lower() == "deepseek-reasoner"
 
 
-def _refused(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    for _ in range(8):  # walk a bounded cause chain
-        seen = seen.__cause__ or seen.__context__ if seen is not None else None
-        if seen is None:
-            return False
-        if isinstance(seen, ConnectionRefusedError) or any(isinstance(a, ConnectionRefusedError) for a in getattr(seen, "args", ())):
-            return True
-    return False
-
-
 def _interleaved(message: Any) -> list[dict]:
     """Text and image parts in order, each image at its offset in the content; empty text parts are left out."""
     parts: list[dict] = []
@@ -123,15 +110,6 @@ def _interleaved(message: Any) -> list[dict]:
     if message.content[start:]:
         parts.append({"type": "text", "text": message.content[start:]})
     return parts
-
-
-def _http_client() -> Any:
-    """The SDK's aiohttp transport when installed: at 64+ calls in flight the default httpx pool spends
-    most of its time scanning its own connections (bench/bench_orchestration.py measures the difference)."""
-    try:
-        return openai.DefaultAioHttpClient()
-    except RuntimeError:  # the aiohttp extra is missing: the SDK's default client still works
-        return None
 
 
 class OpenAIModel(Model):
@@ -150,6 +128,9 @@ class OpenAIModel(Model):
         small: bool = False,
         reasoning: bool | None = None,
         endpoint_concurrency: int | None = None,
+        rpm: float | None = None,
+        tpm: float | None = None,
+        adaptive: bool | None = None,
         runtime: Runtime | None = None,
     ) -> None:
         super().__init__(name, runtime)
@@ -162,18 +143,21 @@ class OpenAIModel(Model):
         # Several base URLs (url1|url2|...): one model behind a pool of servers (models/endpoints.py), named by
         # its endpoints normalised and sorted, so their order in the spec makes no other model (cache, prices).
         urls = pool_urls(base_url)
-        if endpoint_concurrency is not None and not urls:
-            raise UsageError(f"endpoint_concurrency is set for {name}, which has one base URL.",
-                             "It caps each endpoint of a pool (url1|url2|...); for one server, use --concurrency.")
         self.base_url = SEPARATOR.join(urls) if urls else base_url
-        self.pool = shared_pool(urls, endpoint_concurrency) if urls else None
+        # Every endpoint paces itself (models/adaptive.py), one gate per URL in the process.
+        limits = {"cap": endpoint_concurrency, "rpm": rpm, "tpm": tpm, "adaptive": adaptive}
+        gates = [shared_gate(u, name, **limits) for u in (urls or [normal_url(base_url or DEFAULT_ENDPOINT)])]
+        self.pool = shared_pool(urls, endpoint_concurrency, gates, name) if urls else None
+        self.gate = None if urls else gates[0]
+        # Many calls may wait on its gate at once: the runner may keep many items in flight (RunConfig.concurrency).
+        self.paced = gates[0].adaptive
         self.api_key = api_key
         self.supports_vision = vision
         self.json_mode = json_mode  # as configured: part of the cache identity, whatever the server turns out to take
         self.memory = ServerMemory(base_url, name, self.runtime)
-        # One SDK client per event loop: its connection pool belongs to the loop that opened it, and a
-        # program may call asyncio.run more than once.
-        self._clients: dict[tuple[int, str | None], tuple[asyncio.AbstractEventLoop, AsyncOpenAI]] = {}
+        # One transport per endpoint; each keeps a session per event loop (a program may call asyncio.run
+        # more than once).
+        self._transports: dict[str | None, ChatTransport] = {}
 
     @classmethod
     def from_spec(cls, spec: Any, runtime: Runtime, **kwargs: Any) -> "OpenAIModel":
@@ -214,9 +198,13 @@ class OpenAIModel(Model):
                     raise ValueError
             except ValueError:
                 raise UsageError(f"endpoint_concurrency={params['endpoint_concurrency']!r} in the spec of openai:{spec.name} is not a whole number above 0.",
-                                 "Give the requests in flight per endpoint, e.g. ?endpoint_concurrency=32.") from None
+                                 "Give the most requests in flight per endpoint, e.g. ?endpoint_concurrency=32.") from None
+        model = f"openai:{spec.name}"
+        rpm = positive(params["rpm"], "rpm", model, "500") if "rpm" in params else None
+        tpm = positive(params["tpm"], "tpm", model, "200000") if "tpm" in params else None
+        adaptive = spec_flag(params, "adaptive", True) if "adaptive" in params else None
         return cls(spec.name, base_url=spec.base_url, api_key=api_key, vision=vision, json_mode=json_mode, small=small,
-                   reasoning=reasoning, endpoint_concurrency=cap, runtime=runtime, **kwargs)
+                   reasoning=reasoning, endpoint_concurrency=cap, rpm=rpm, tpm=tpm, adaptive=adaptive, runtime=runtime, **kwargs)
 
     def cache_identity(self) -> dict:
         # The same model name on two servers (or two quantisations) are different models.
@@ -230,22 +218,16 @@ class OpenAIModel(Model):
 
     # ------------------------------------------------------------------ client
 
-    def _client(self, url: str | None) -> AsyncOpenAI:
-        loop = asyncio.get_running_loop()
-        held = self._clients.get((id(loop), url))
-        if held is not None and held[0] is loop:
-            return held[1]
-        # Forget clients of loops that are gone; their sockets died with them.
-        self._clients = {k: v for k, v in self._clients.items() if not v[0].is_closed()}
-        client = AsyncOpenAI(api_key=self.api_key or os.environ.get(DEFAULT_KEY_ENV) or PLACEHOLDER_KEY, base_url=url,
-                             max_retries=0, http_client=_http_client())
-        self._clients[(id(loop), url)] = (loop, client)
-        return client
+    def _transport(self, url: str | None) -> ChatTransport:
+        transport = self._transports.get(url)
+        if transport is None:
+            key = self.api_key or os.environ.get(DEFAULT_KEY_ENV) or PLACEHOLDER_KEY
+            transport = self._transports[url] = ChatTransport(url, key)
+        return transport
 
     async def aclose(self) -> None:
-        loop = asyncio.get_running_loop()
-        for key in [k for k in self._clients if k[0] == id(loop)]:
-            await self._clients.pop(key)[1].close()
+        for transport in self._transports.values():
+            await transport.close()
 
     # ------------------------------------------------------------------ request building
 
@@ -329,102 +311,129 @@ class OpenAIModel(Model):
 
     async def _send(self, request: Request, args: dict) -> Generation:
         if self.pool is None:
-            return await self._send_to(self.base_url, request, args)
+            return await self._send_gated(request, args)
         return await self._send_pooled(request, args)
 
+    def _tokens(self, request: Request, gate_has_tpm: bool) -> int:
+        """What a request may cost against a tokens-per-minute limit: its prompt's estimate plus max_tokens."""
+        return self.worst_case(request)[0] if gate_has_tpm else 0
+
+    async def _send_gated(self, request: Request, args: dict) -> Generation:
+        """One attempt at the one server, once its gate lets it go. The wait is a queue of this client's own
+        (its window, its pace), so the attempt's `timeout_s` starts when the request is sent: a run with
+        many items waiting for a slow rate limit does not time them out."""
+        gate = self.gate
+        ticket = await gate.acquire(None, self._tokens(request, gate.tokens is not None))
+        try:
+            generation = await self._send_to(self.base_url, request, args)
+        except TransientModelError as exc:
+            outcome = "limited" if exc.kind == "rate_limit" else "overloaded" if exc.kind in OVERLOAD_ERRORS else "neutral"
+            gate.release(ticket, outcome, retry_after=exc.retry_after)
+            raise
+        except BaseException:
+            gate.release(ticket, "neutral")
+            raise
+        gate.release(ticket, "ok", output_tokens=generation.usage.output_tokens, input_tokens=generation.usage.input_tokens,
+                     used_tokens=generation.usage.input_tokens + generation.usage.output_tokens)
+        return generation
+
     async def _send_pooled(self, request: Request, args: dict) -> Generation:
-        """One attempt over the pool, within the attempt's `timeout_s` in all: the least busy usable endpoint,
-        then (on an endpoint's failure) each other one at most once; the last failure goes to the retry policy."""
-        deadline = time.monotonic() + request.timeout_s
+        """One attempt over the pool: the least busy usable endpoint, then (on an endpoint's failure) each other
+        one at most once; the last failure goes to the retry policy. Each request to an endpoint has the
+        attempt's `timeout_s`; waiting for a free endpoint is this client's own queue, as at one server."""
         tried: set[str] = set()
         last: TransientModelError | None = None
+        tokens = self._tokens(request, any(e.gate.tokens is not None for e in self.pool.endpoints))
         while True:
-            lease = await self.pool.acquire(tried, deadline)
+            lease = await self.pool.acquire(tried, None, tokens)
             if lease is None:
                 if last is not None:
                     raise last
-                raise TransientModelError(f"{self.id}: no endpoint of its pool ({len(self.pool.endpoints)}) could take the request within "
-                                          f"{request.timeout_s:g}s (all down, rate limited or full).", kind="connection", model=self.id,
+                raise TransientModelError(f"{self.id}: no endpoint of its pool ({len(self.pool.endpoints)}) can take the request "
+                                          f"(all down or rate limited).", kind="connection", model=self.id,
                                           retry_after=self.pool.next_ready())
             url = lease.endpoint.url
             try:
-                generation = await self._send_to(url, request, args, max(0.001, deadline - time.monotonic()))
+                generation = await self._send_to(url, request, args)
             except TransientModelError as exc:
                 if exc.kind not in ENDPOINT_ERRORS:
                     self.pool.release(lease, "neutral")
                     raise
-                self.pool.release(lease, "limited" if exc.kind == "rate_limit" else "failed", exc.retry_after)
+                self.pool.release(lease, "limited" if exc.kind == "rate_limit" else "failed", exc.retry_after,
+                                  overloaded=exc.kind in OVERLOAD_ERRORS)
                 tried.add(url)
                 last = exc
                 continue
             except BaseException:  # refused for the request's own sake (4xx, a rejected parameter), or cancelled
                 self.pool.release(lease, "neutral")
                 raise
-            self.pool.release(lease, "ok")
+            self.pool.release(lease, "ok", output_tokens=generation.usage.output_tokens, input_tokens=generation.usage.input_tokens,
+                              used_tokens=generation.usage.input_tokens + generation.usage.output_tokens)
             return generation
 
     async def _send_to(self, url: str | None, request: Request, args: dict, timeout_s: float | None = None) -> Generation:
         """One request to one server; `timeout_s` (default: the request's) is its total deadline."""
-        client = self._client(url)
+        transport = self._transport(url)
         limit = request.timeout_s if timeout_s is None else timeout_s
         at = f" at {url}" if self.pool is not None else ""  # which endpoint of a pool said it
         try:
-            # The SDK's timeout is per read, so a server trickling bytes could hold a call for ever:
-            # asyncio.timeout makes timeout_s a total deadline for the attempt, body included.
+            # A total deadline for the attempt, body included: a server trickling bytes cannot hold a call for ever.
             async with asyncio.timeout(limit):
-                response = await client.chat.completions.create(**args, timeout=limit)
+                response = await transport.post(args)
         except TimeoutError:
             raise TransientModelError(f"{self.id}{at} did not finish within {limit:g}s.", kind="timeout", model=self.id) from None
-        except openai.APITimeoutError as exc:  # before APIConnectionError, its parent
-            if _refused(exc):  # the aiohttp transport reports a refused connection as a connect timeout
-                raise TransientModelError(f"{self.id}: cannot reach {url or 'the OpenAI API'} (connection refused).", kind="connection", model=self.id) from None
-            raise TransientModelError(f"{self.id}{at} timed out after {limit:g}s.", kind="timeout", model=self.id) from None
-        except openai.APIConnectionError as exc:
-            raise TransientModelError(f"{self.id}: cannot reach {url or 'the OpenAI API'} ({exc}).", kind="connection", model=self.id) from None
-        except openai.APIResponseValidationError as exc:
-            raise TransientModelError(f"{self.id}{at} sent a response that does not fit the Chat Completions format: {exc.message}", kind="malformed_response", model=self.id) from None
-        except openai.APIStatusError as exc:
-            param = rejected_parameter(exc.status_code, exc.body, _server_message(exc), args)
+        except Unreachable as exc:
+            said = "connection refused" if exc.refused else str(exc)
+            raise TransientModelError(f"{self.id}: cannot reach {url or 'the OpenAI API'} ({said}).", kind="connection", model=self.id) from None
+        except StatusError as exc:
+            param = rejected_parameter(exc.status, exc.body, exc.message(), args)
             if param is not None:
-                raise UnsupportedParameter(self.id, param, _server_message(exc)[:500], exc.status_code) from None
+                raise UnsupportedParameter(self.id, param, exc.message()[:500], exc.status) from None
             raise self._status_error(exc, url) from None
-        except ValueError as exc:  # json.JSONDecodeError on a truncated body, pydantic errors on odd shapes
-            raise TransientModelError(f"{self.id}{at} sent a body that could not be decoded ({type(exc).__name__}: {exc}).", kind="malformed_response", model=self.id) from None
         return self.to_generation(response)
 
     def to_generation(self, response: Any) -> Generation:
         """Check the decoded response has what we need; anything missing is a (retryable) broken body."""
-        choices = getattr(response, "choices", None)
-        if not isinstance(choices, list) or not choices:
+        if not isinstance(response, dict):
             shown = response if isinstance(response, str) else type(response).__name__
-            raise TransientModelError(f"{self.id} sent a response with no choices: {str(shown)[:200]!r}", kind="malformed_response", model=self.id)
-        first = choices[0]
-        message = getattr(first, "message", None)
-        if message is None:
+            raise TransientModelError(f"{self.id} sent a body that could not be decoded as a Chat Completions response: {str(shown)[:200]!r}",
+                                      kind="malformed_response", model=self.id)
+        choices = response.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise TransientModelError(f"{self.id} sent a response with no choices: {json.dumps(response)[:200]!r}", kind="malformed_response", model=self.id)
+        first = choices[0] if isinstance(choices[0], dict) else {}
+        message = first.get("message")
+        if not isinstance(message, dict):
             raise TransientModelError(f"{self.id} sent a choice with no message.", kind="malformed_response", model=self.id)
-        content = getattr(message, "content", None)
+        content = message.get("content")
         if content is not None and not isinstance(content, str):
             raise TransientModelError(f"{self.id} sent message content of type {type(content).__name__}.", kind="malformed_response", model=self.id)
-        usage = getattr(response, "usage", None)
+        usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+
+        def count(name: str) -> int:
+            try:
+                return int(usage.get(name) or 0)
+            except (TypeError, ValueError):
+                return 0
+
+        finish = first.get("finish_reason")
+        served = response.get("model")
         return Generation(
             text=content or "",
-            usage=Usage(
-                input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-                output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-            ),
-            finish_reason=getattr(first, "finish_reason", None),
-            model=getattr(response, "model", None) or self.name,
+            usage=Usage(input_tokens=count("prompt_tokens"), output_tokens=count("completion_tokens")),
+            finish_reason=finish if isinstance(finish, str) else None,
+            model=served if isinstance(served, str) and served else self.name,
         )
 
-    def _status_error(self, exc: openai.APIStatusError, url: str | None = None) -> ModelCallError:
-        status = exc.status_code
-        detail = _server_message(exc)
+    def _status_error(self, exc: StatusError, url: str | None = None) -> ModelCallError:
+        status = exc.status
+        detail = exc.message()
         said = f": {detail}" if detail else ""
         at = f" at {url}" if self.pool is not None else ""
         if status == 429:
-            return TransientModelError(f"{self.id}{at} is rate limited (HTTP 429){said}", kind="rate_limit", model=self.id, retry_after=parse_retry_after(exc.response.headers))
+            return TransientModelError(f"{self.id}{at} is rate limited (HTTP 429){said}", kind="rate_limit", model=self.id, retry_after=parse_retry_after(exc.headers))
         if status >= 500:
-            return TransientModelError(f"{self.id}{at}: server error (HTTP {status}){said}", kind="server_error", model=self.id, retry_after=parse_retry_after(exc.response.headers))
+            return TransientModelError(f"{self.id}{at}: server error (HTTP {status}){said}", kind="server_error", model=self.id, retry_after=parse_retry_after(exc.headers))
         if status == 408:
             return TransientModelError(f"{self.id}: the server timed out the request (HTTP 408){said}", kind="timeout", model=self.id)
         where = url or self.base_url or "the OpenAI API"

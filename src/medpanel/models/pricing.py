@@ -85,7 +85,17 @@ class PriceTable:
 
     def lookup(self, model: str, server: str | None = None) -> tuple[float, float] | None:
         """This server's entry for the model, else the bare model's; each by exact name first, then the
-        longest known prefix (so 'gpt-4o-mini-2024-07-18' finds 'gpt-4o-mini')."""
+        longest known prefix (so 'gpt-4o-mini-2024-07-18' finds 'gpt-4o-mini'). Asked twice a call, so the
+        answers are kept until the table changes (set, load, or an edit of `prices` in place)."""
+        memo = self.__dict__.setdefault("_memo", {})
+        if self.__dict__.get("_memo_of") != self.prices:
+            memo.clear()
+            self.__dict__["_memo_of"] = dict(self.prices)
+        if (model, server) not in memo:
+            memo[(model, server)] = self._lookup(model, server)
+        return memo[(model, server)]
+
+    def _lookup(self, model: str, server: str | None) -> tuple[float, float] | None:
         keyed = [(split_key(key), price) for key, price in self.prices.items()]
         if server:
             here = normalise_server(server)

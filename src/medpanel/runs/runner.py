@@ -21,7 +21,7 @@ import time
 import traceback
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Protocol
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -51,7 +51,8 @@ class RunConfig(BaseModel):
     models: list[str]
     repeats: int = Field(default=1, ge=1)
     limit: int | None = Field(default=None, ge=1)
-    concurrency: int = Field(default=8, ge=1, le=1024)
+    # Items in flight at once; None: `items_in_flight` picks (many when every model paces itself).
+    concurrency: int | None = Field(default=None, ge=1, le=1024)
     settings: dict[str, Any] = Field(default_factory=dict)  # the protocol's own settings
     # The panel beyond the seats: role -> model spec (judge, patient, moderator, a seat title); see runs/panel.py.
     roles: dict[str, str] = Field(default_factory=dict)
@@ -115,6 +116,22 @@ class Heartbeat(threading.Thread):
             self.join(timeout=self.interval + 35)  # a heartbeat waits at most 30 s for the store's lock
 
 
+# Items in flight without --concurrency: many when every model of the panel paces its own calls (servers
+# behind adaptive gates, models/adaptive.py: they hold back what the server cannot take), else a few (the
+# embedded model answers one call at a time; scripted and human seats gain nothing from more).
+AUTO_PACED_ITEMS = 256
+AUTO_ITEMS = 8
+
+
+def items_in_flight(config: RunConfig, panel: Panel, executor: bool = False) -> int:
+    if config.concurrency is not None:
+        return config.concurrency
+    if executor:  # every worker paces its own calls: no one gate sees the whole load
+        return AUTO_ITEMS
+    models = panel.models()
+    return AUTO_PACED_ITEMS if models and all(getattr(m, "paced", False) for m in models) else AUTO_ITEMS
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
 
@@ -159,6 +176,66 @@ def partial_events(transcripts: list, exc: BaseException, error: str, kind: str)
     return events
 
 
+async def compute_item(spec: ProtocolSpec, case: Case, repeat: int, panel: Panel, settings: BaseModel, context: RunContext,
+                       run_id: str) -> dict:
+    """Run one item (the protocol, then its scorers) and return its record, the keyword arguments of
+    store.write_item after the key: a finished item, or a failed one with the transcript it had. A budget
+    cap, a store problem or a cancellation is not the item's fault: it is raised, and the item left
+    unrecorded so a resume runs it. The same function runs in-process and in a Ray worker."""
+    token = call_scope.set((run_id, case.id, repeat))
+    transcripts: list = []
+    collecting = item_transcripts.set(transcripts)
+    started = time.time()
+
+    def failure(exc: BaseException, error: str, kind: str) -> dict:
+        return dict(status="failed", outcome=None, events=partial_events(transcripts, exc, error, kind), scores={},
+                    error=error, error_kind=kind, started_at=started)
+
+    try:
+        outcome = await spec.run(case, panel, settings, context)
+        scores = await score_outcome(spec, case, outcome, panel.roles, settings, context)
+        return dict(status="done", outcome=outcome.model_dump(mode="json", exclude={"transcript"}),
+                    events=[e.model_dump(mode="json") for e in outcome.transcript], scores=scores,
+                    started_at=started, totals=outcome.transcript.totals())
+    except (BudgetExceeded, StoreError, Cancelled):
+        raise  # not the item's fault (a cap, a full disk, a stop button): leave it unrecorded so a resume runs it
+    except MedpanelError as exc:
+        # A failed item is recorded as failed, never scored as wrong and never dropped.
+        return failure(exc, str(exc), getattr(exc, "kind", type(exc).__name__))
+    except Exception as exc:  # a bug in a protocol or scorer: record it with where it happened, carry on
+        return failure(exc, redact(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}"), "bug")
+    finally:
+        item_transcripts.reset(collecting)
+        call_scope.reset(token)
+
+
+# One item (case, repeat) -> its record for store.write_item (see compute_item).
+ItemRun = Callable[[Case, int], Awaitable[dict]]
+
+
+@dataclass
+class ExecutorPlan:
+    """What an executor is handed once the run holds its lease: enough to rebuild the panel elsewhere."""
+
+    run_id: str
+    config: RunConfig  # its roles resolved
+    settings: BaseModel
+    runtime: Runtime
+    store: Store
+
+
+class ItemExecutor(Protocol):
+    """Computes a run's items somewhere else (runs/ray_executor.py); the runner still owns the lease, the
+    bounded loop (--concurrency), progress, and every write of an item."""
+
+    def check(self, seats: list[str], roles: dict[str, str], *, panel_given: bool, context: RunContext) -> None:
+        """Refuse, before the run is created, what cannot run there (a person's seat, a prebuilt panel)."""
+
+    async def open(self, plan: ExecutorPlan) -> ItemRun: ...
+
+    async def close(self) -> None: ...
+
+
 async def run_benchmark(
     store: Store,
     config: RunConfig,
@@ -172,12 +249,14 @@ async def run_benchmark(
     on_progress: ProgressHook | None = None,
     settings: BaseModel | None = None,
     context: RunContext | None = None,
+    executor: ItemExecutor | None = None,
 ) -> RunResult:
     """Start (or resume) a run and drive it to the end, a budget stop, or an interruption.
 
     `settings`, when given, is the protocol's settings object as built by the caller; otherwise it is
     validated from `config.settings`. `context` carries what is live (event listener, a person's seat,
     cancellation); the runner builds every model of the panel (seats and roles) unless `panel` is given.
+    `executor`, when given, computes the items elsewhere (Ray); they are written here all the same.
     """
     spec = protocol or get_protocol(config.protocol)
     context = quiet(context)
@@ -185,6 +264,8 @@ async def run_benchmark(
     cases = expand_items(spec, cases if cases is not None else load_dataset(config.dataset, config.limit))
     check_needs(spec, cases)
     roles = resolve_roles(spec, config.models, config.roles)
+    if executor is not None:
+        executor.check(config.models, roles, panel_given=panel is not None, context=context)
     if panel is None:
         panel = build_panel(config.models, runtime, roles, context)
     else:  # a caller's own seats (tests, a prebuilt panel): the roles it lacks are built here all the same
@@ -224,34 +305,30 @@ async def run_benchmark(
     todo = [(c, r) for r in range(config.repeats) for c in cases if (c.id, r) not in finished]
     progress = Progress(total=len(cases) * config.repeats, skipped=len(cases) * config.repeats - len(todo))
 
+    # Where items are computed: here, in this event loop (the default), or by an executor elsewhere (Ray);
+    # either way each finished item comes back as its record and is written here, by the lease holder.
+    def compute_here(case: Case, repeat: int) -> Awaitable[dict]:
+        return compute_item(spec, case, repeat, panel, settings, context, run_id)
+
+    execute: ItemRun = compute_here
+
     async def run_item(case: Case, repeat: int) -> None:
-        token = call_scope.set((run_id, case.id, repeat))
-        transcripts: list = []
-        collecting = item_transcripts.set(transcripts)
-        started = time.time()
-
-        def record_failure(exc: BaseException, error: str, kind: str) -> None:
-            store.write_item(run_id, case.id, repeat, status="failed", outcome=None, events=partial_events(transcripts, exc, error, kind),
-                             scores={}, error=error, error_kind=kind, started_at=started)
-            progress.failed += 1
-
         try:
-            outcome = await spec.run(case, panel, settings, context)
-            scores = await score_outcome(spec, case, outcome, panel.roles, settings, context)
-            store.write_item(run_id, case.id, repeat, status="done", outcome=outcome.model_dump(mode="json", exclude={"transcript"}),
-                             events=[e.model_dump(mode="json") for e in outcome.transcript], scores=scores,
-                             started_at=started, totals=outcome.transcript.totals())
-            progress.done += 1
-        except (BudgetExceeded, StoreError, Cancelled):
-            raise  # not the item's fault (a cap, a full disk, a stop button): leave it unrecorded so a resume runs it
-        except MedpanelError as exc:
-            # A failed item is recorded as failed, never scored as wrong and never dropped.
-            record_failure(exc, str(exc), getattr(exc, "kind", type(exc).__name__))
-        except Exception as exc:  # a bug in a protocol or scorer: record it with where it happened, carry on
-            record_failure(exc, redact(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}"), "bug")
+            record = await execute(case, repeat)
+            try:
+                store.write_item(run_id, case.id, repeat, **record)
+            except StoreError:
+                raise
+            except Exception as exc:  # what the item made cannot be stored (a scorer's odd value): the item's bug
+                error = redact(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}")
+                record = dict(status="failed", outcome=None, events=record.get("events", []), scores={}, error=error,
+                              error_kind="bug", started_at=record.get("started_at", time.time()))
+                store.write_item(run_id, case.id, repeat, **record)
+            if record["status"] == "done":
+                progress.done += 1
+            else:
+                progress.failed += 1
         finally:
-            item_transcripts.reset(collecting)
-            call_scope.reset(token)
             if on_progress:
                 on_progress(progress, runtime)
 
@@ -269,7 +346,9 @@ async def run_benchmark(
     status, error = "done", None
     raising = False
     try:
-        await drain(todo, work, config.concurrency, keep_going=lambda: not capped and not beat.lost and not context.cancelled)
+        if executor is not None:
+            execute = await executor.open(ExecutorPlan(run_id, config.model_copy(update={"roles": roles}), settings, runtime, store))
+        await drain(todo, work, items_in_flight(config, panel, executor is not None), keep_going=lambda: not capped and not beat.lost and not context.cancelled)
         if beat.lost:
             holder = store.lease(run_id) or {}
             raise UsageError(f"Run {run_id} was taken over by another writer (pid {holder.get('pid')} on {holder.get('host')}) "
@@ -309,6 +388,8 @@ async def run_benchmark(
                     raise
             for model in panel.models():
                 await model.aclose()
+            if executor is not None:
+                await executor.close()
     return RunResult(run_id=run_id, status=status, progress=progress, spent=runtime.budget.spent(),
                      wall_s=time.perf_counter() - started, error=error, took_over=took_over)
 

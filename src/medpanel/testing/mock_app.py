@@ -88,6 +88,43 @@ def build_app(state: ServerState):
             "usage": {"prompt_tokens": max(1, prompt_words), "completion_tokens": reply_words, "total_tokens": max(1, prompt_words) + reply_words},
         }
 
+    slots: list[tuple[int, asyncio.Semaphore]] = []  # the capacity's slots, made in the server's own event loop
+
+    async def serve_time(config: MockConfig) -> bool:
+        """Take the time an answer takes: latency_s, after a free slot when the server has a capacity.
+        False when the queue for a slot is full (the server is overloaded)."""
+        if config.capacity is None:
+            if config.latency_s > 0:
+                await asyncio.sleep(config.latency_s)
+            return True
+        with state.lock:
+            if config.queue_limit is not None and state.queued >= config.queue_limit and state.active >= config.capacity:
+                state.errors["503"] += 1
+                return False
+            state.queued += 1
+            if not slots or slots[0][0] != config.capacity:  # first use, or a new capacity (for new requests)
+                slots[:] = [(config.capacity, asyncio.Semaphore(config.capacity))]
+            slot = slots[0][1]
+        queued = True
+        try:
+            async with slot:
+                with state.lock:
+                    state.queued -= 1
+                    queued = False
+                    state.active += 1
+                    state.peak_active = max(state.peak_active, state.active)
+                try:
+                    if config.latency_s > 0:
+                        await asyncio.sleep(config.latency_s)
+                finally:
+                    with state.lock:
+                        state.active -= 1
+        finally:
+            if queued:  # the client went away while it waited for a slot
+                with state.lock:
+                    state.queued -= 1
+        return True
+
     async def hang(request: Request, seconds: float) -> bool:
         """Stall like a stuck server. Returns True if the client gave up meanwhile.
 
@@ -147,8 +184,24 @@ def build_app(state: ServerState):
             with state.lock:
                 state.errors[str(refused.status_code)] += 1
             return refused
-        if config.latency_s > 0:
-            await asyncio.sleep(config.latency_s)
+        if config.rate_limit_rpm:
+            with state.lock:
+                wait = state.rate_take(time.monotonic())
+                if wait is not None:
+                    state.errors["429"] += 1
+            if wait is not None:
+                return JSONResponse(_error_body("Rate limit reached for requests (mock).", "requests", "rate_limit_exceeded"), status_code=429,
+                                    headers={"Retry-After": f"{wait:.3f}", "retry-after-ms": str(max(1, round(wait * 1000)))})
+        with state.lock:
+            state.in_flight += 1
+            state.peak_in_flight = max(state.peak_in_flight, state.in_flight)
+        try:
+            overloaded = not await serve_time(config)
+        finally:
+            with state.lock:
+                state.in_flight -= 1
+        if overloaded:
+            return JSONResponse(_error_body("The server is overloaded (mock): too many requests queued.", "server_error", "overloaded"), status_code=503)
         structured, _ = requested_schema(body)
         if fault == "invalid_json" and not structured:
             fault = None  # only meaningful for structured requests: answer normally instead

@@ -182,6 +182,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--retry-after", type=float, default=1.0, help="Retry-After seconds on a 429")
     parser.add_argument("--hang", type=float, default=30.0, help="seconds a 'timeout' fault stalls")
     parser.add_argument("--model", action="append", dest="models", help="a model id for /v1/models (repeatable)")
+    parser.add_argument("--rpm", type=float, default=None, help="a rate limit in requests per minute (429 with Retry-After beyond it)")
+    parser.add_argument("--rate-burst", type=float, default=1.0, help="seconds' worth of requests the rate limit lets through at once")
+    parser.add_argument("--capacity", type=int, default=None, help="requests served at once; the rest queue (latency rises with load)")
+    parser.add_argument("--queue-limit", type=int, default=None, help="requests queued beyond --capacity before 503s")
     return parser.parse_args(argv)
 
 
@@ -201,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
             retry_after_s=args.retry_after,
             hang_s=args.hang,
             models=args.models or ["mock-model"],
+            rate_limit_rpm=args.rpm,
+            rate_burst_s=args.rate_burst,
+            capacity=args.capacity,
+            queue_limit=args.queue_limit,
         )
     except ValueError as exc:
         print(f"mock_server: {exc}", file=sys.stderr)

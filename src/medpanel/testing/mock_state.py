@@ -40,6 +40,14 @@ class MockConfig:
     # and top-level parameters refused (HTTP 400 "Unsupported parameter", with `param` set).
     reject_formats: list[str] = field(default_factory=list)
     reject_params: list[str] = field(default_factory=list)
+    # A rate limit like an API's: a token bucket of `rate_burst_s` seconds' worth at `rate_limit_rpm` requests a
+    # minute; a request over it is refused at once with 429 and the seconds until the next token (Retry-After).
+    rate_limit_rpm: float | None = None
+    rate_burst_s: float = 1.0
+    # A server whose latency rises with load, like an inference server's batch: `capacity` requests are served
+    # at once (latency_s each), the rest queue for a slot; beyond `queue_limit` queued, 503 (overloaded).
+    capacity: int | None = None
+    queue_limit: int | None = None
     # Opt-in leaky server: answer every chat request with this HTTP status and an error body that echoes
     # the request's Authorization header, as is and URL-encoded (for testing that keys are redacted).
     echo_auth_status: int | None = None
@@ -52,6 +60,10 @@ class MockConfig:
             raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(FAULT_KINDS)}")
         if sum(self.fault_rates.values()) > 1.0 + 1e-9:
             raise ValueError("fault rates add up to more than 1")
+        if (self.rate_limit_rpm is not None and self.rate_limit_rpm <= 0) or self.rate_burst_s <= 0:
+            raise ValueError("rate_limit_rpm and rate_burst_s must be above 0")
+        if (self.capacity is not None and self.capacity < 1) or (self.queue_limit is not None and self.queue_limit < 0):
+            raise ValueError("capacity must be at least 1 and queue_limit at least 0")
 
     def public(self) -> dict:
         """The config as JSON-safe data (a callable responder is shown by name)."""
@@ -83,6 +95,9 @@ class ServerState:
             self.faults: Counter[str] = Counter()
             self.errors: Counter[str] = Counter()
             self.by_hash: Counter[str] = Counter()
+            self.tokens: float | None = None  # the rate limit's bucket, filled on first use
+            self.tokens_at = 0.0
+            self.in_flight = self.peak_in_flight = self.active = self.peak_active = self.queued = 0
 
     def configure(self, changes: dict) -> MockConfig:
         allowed = {f.name for f in dataclasses.fields(MockConfig)} - {"max_recorded"}
@@ -119,6 +134,17 @@ class ServerState:
                 return kind
         return None
 
+    def rate_take(self, now: float) -> float | None:
+        """Admit one request under the rate limit (None), or the seconds until it would be. Caller holds the lock."""
+        per_s = self.config.rate_limit_rpm / 60
+        capacity = max(1.0, per_s * self.config.rate_burst_s)
+        self.tokens = capacity if self.tokens is None else min(capacity, self.tokens + (now - self.tokens_at) * per_s)
+        self.tokens_at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return None
+        return (1.0 - self.tokens) / per_s
+
     def stats(self) -> dict:
         with self.lock:
             return {
@@ -128,4 +154,7 @@ class ServerState:
                 "errors": dict(self.errors),
                 "by_hash": dict(self.by_hash),
                 "pending_injections": len(self.injected),
+                "in_flight": self.in_flight,
+                "peak_in_flight": self.peak_in_flight,  # requests open at once (queued for a slot included)
+                "peak_active": self.peak_active,  # requests being served at once (at most `capacity`)
             }

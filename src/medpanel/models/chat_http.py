@@ -1,0 +1,119 @@
+"""The wire of an OpenAI-compatible Chat Completions call: one POST of JSON, one JSON answer, over aiohttp.
+
+medpanel used the `openai` SDK for this, but at hundreds of calls in flight the SDK's per-request work
+(validating and transforming every parameter against its typed signatures, building typed responses)
+was most of the client's time (bench/bench_orchestration.py). The request body is already the plain JSON
+the server reads, and we read four fields of the answer, so the call goes straight to the socket; what
+it can fail with is mapped to medpanel's errors in models/openai_compat.py, as before.
+
+One aiohttp session per event loop and base URL (a session belongs to the loop that opened it); no cap
+on connections of its own (the endpoint's gate, models/adaptive.py, decides how many go at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+@dataclass
+class StatusError(Exception):
+    """The server answered with an HTTP error: its status, its body (decoded JSON, or the text), its headers."""
+
+    status: int
+    body: Any
+    headers: Any
+
+    def message(self) -> str:
+        body = self.body
+        if isinstance(body, dict):
+            inner = body.get("error", body)
+            if isinstance(inner, dict) and inner.get("message"):
+                return str(inner["message"])
+            if isinstance(inner, str):
+                return inner
+        return body.strip()[:500] if isinstance(body, str) else ""
+
+
+class Unreachable(Exception):
+    """No answer came: the connection was refused, reset or dropped before the body ended."""
+
+    def __init__(self, detail: str, refused: bool = False) -> None:
+        super().__init__(detail)
+        self.refused = refused
+
+
+def environment_proxy(url: str) -> str | None:
+    """The proxy the environment names for `url` (HTTPS_PROXY, HTTP_PROXY, ALL_PROXY; none when NO_PROXY
+    covers its host), as the SDK's client honoured them."""
+    scheme, host = urllib.parse.urlsplit(url).scheme, urllib.parse.urlsplit(url).hostname or ""
+    if urllib.request.proxy_bypass(host):
+        return None
+    proxies = urllib.request.getproxies()
+    return proxies.get(scheme) or proxies.get("all")
+
+
+class ChatTransport:
+    def __init__(self, base_url: str | None, api_key: str) -> None:
+        self.url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
+        self.headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json", "Accept": "application/json"}
+        # What the SDK would have sent from the environment: the account's organisation and project.
+        for env, header in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
+            if os.environ.get(env):
+                self.headers[header] = os.environ[env]
+        self._sessions: dict[int, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
+        self.proxy = environment_proxy(self.url)
+
+    def _session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        held = self._sessions.get(id(loop))
+        if held is not None and held[0] is loop and not held[1].closed:
+            return held[1]
+        self._sessions = {k: v for k, v in self._sessions.items() if not v[0].is_closed()}  # loops that are gone
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        # No timeouts of aiohttp's own (its default caps every call at 300 s): the caller's asyncio.timeout is
+        # the attempt's whole deadline. No trust_env: it reads the environment and ~/.netrc on every request
+        # (60% of the client's time at 768 in flight); the proxy is looked up once, in __init__.
+        session = aiohttp.ClientSession(connector=connector, headers=self.headers, json_serialize=json.dumps,
+                                        timeout=aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None))
+        self._sessions[id(loop)] = (loop, session)
+        return session
+
+    async def post(self, body: dict) -> Any:
+        """The decoded JSON answer (or its raw text when it is not JSON). Raises StatusError for an HTTP error,
+        Unreachable when no whole answer came, and lets asyncio's timeout and cancellation through."""
+        data = json.dumps(body, ensure_ascii=False).encode()
+        try:
+            async with self._session().post(self.url, data=data, proxy=self.proxy) as response:
+                raw = await response.read()
+                status, headers = response.status, response.headers
+        except aiohttp.ClientConnectorError as exc:
+            refused = isinstance(exc.os_error, ConnectionRefusedError)
+            raise Unreachable("connection refused" if refused else str(exc), refused) from None
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+            raise Unreachable(f"the connection broke before the answer ended: {type(exc).__name__}: {exc}") from None
+        except aiohttp.ClientError as exc:
+            raise Unreachable(f"{type(exc).__name__}: {exc}") from None
+        text = raw.decode("utf-8", errors="replace")
+        try:
+            decoded: Any = json.loads(text)
+        except ValueError:
+            decoded = text
+        if status >= 400:
+            raise StatusError(status, decoded, headers)
+        return decoded
+
+    async def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        held = self._sessions.pop(id(loop), None)
+        if held is not None:
+            await held[1].close()
