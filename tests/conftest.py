@@ -13,6 +13,13 @@ from medpanel.cases import data_dir
 from medpanel.runs.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# With the suite on several workers (pytest -n auto), each worker's models get their share of the cores:
+# llama.cpp's and torch's threads spin-wait, and two models with a thread per core each crawl.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit() and int(os.environ["PYTEST_XDIST_WORKER_COUNT"]) > 1:
+    _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    os.environ.setdefault("MEDPANEL_LOCAL_THREADS", _share)
+    os.environ.setdefault("OMP_NUM_THREADS", _share)
 MEDPANEL = str(Path(sys.executable).with_name("medpanel"))
 
 

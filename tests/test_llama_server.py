@@ -22,6 +22,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from conftest import MEDPANEL, ROOT
+from medpanel.models.local import default_threads
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +60,7 @@ class Server:
         self.log = log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
-             "--n_ctx", "4096", "--n_threads", str(min(4, os.cpu_count() or 1)), "--model_alias", ALIAS],
+             "--n_ctx", "4096", "--n_threads", str(default_threads()), "--model_alias", ALIAS],
             stdout=log.open("w"), stderr=subprocess.STDOUT,
         )
 

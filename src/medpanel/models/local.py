@@ -202,6 +202,11 @@ def load_model(path: str, n_ctx: int = DEFAULT_N_CTX, threads: int | None = None
 
 def default_threads() -> int:
     # A 135M model gains little past a few threads, and more would crowd out the rest of the process.
+    # MEDPANEL_LOCAL_THREADS sets it for processes that share the cores (llama.cpp's threads spin-wait, so
+    # two models with a thread per core each run several times slower than one after the other).
+    given = os.environ.get("MEDPANEL_LOCAL_THREADS", "").strip()
+    if given.isdigit() and int(given) > 0:
+        return int(given)
     return max(1, min(4, os.cpu_count() or 1))
 
 
