@@ -168,17 +168,16 @@ async def test_a_run_keeps_many_items_in_flight_only_when_every_model_paces_itse
 async def test_a_thousand_requests_held_by_the_pace_wait_in_one_line_without_a_stampede():
     gate = EndpointGate("http://x/v1", adaptive=False)
     gate.pace = Bucket(200.0, 1.0)  # 200 a second: 600 requests take about three seconds
-    longest = 0
+    served: list[int] = []
 
-    async def one():
-        nonlocal longest
+    async def one(i: int):
         ticket = await gate.acquire(None)
-        longest = max(longest, len(gate.line))
+        served.append(i)
         gate.release(ticket, "ok", output_tokens=10)
 
     started = time.process_time()
-    await asyncio.wait_for(asyncio.gather(*(one() for _ in range(600))), 20)
-    assert longest < 600  # one place each, never a growing pile of stale wake-ups
+    await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(600))), 20)
+    assert served == list(range(600)) and len(gate.line) == 0  # first come, first served, and the line empties
     assert time.process_time() - started < 2.5  # only the first in line watches the clock
 
 
@@ -209,3 +208,14 @@ async def test_a_pool_keeps_many_items_waiting_without_timing_them_out(tmp_path)
     finally:
         for server in servers:
             server.stop()
+
+
+async def test_a_spec_without_a_base_url_is_paced_where_openai_base_url_sends_it(monkeypatch):
+    with MockServer(MockConfig(reply="choice")) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        model = build_model("openai:mock", runtime())
+        assert model.gate.url == server.base_url  # the gate is named by where the calls really go
+        assert (await model.complete("Which?\nA. yes\nB. no", max_tokens=8)).text
+        assert server.stats()["successes"] == 1 and model.gate.ok == 1
+        await model.aclose()

@@ -315,7 +315,7 @@ class EndpointGate:
         self.latency_s = took if self.latency_s is None else self.latency_s + 0.1 * (took - self.latency_s)
         # A prompt token costs the server a small share of an answer's (prefill runs in parallel).
         work = (output_tokens or 0) + PROMPT_TOKEN_SHARE * (input_tokens or 0) + PROMPT_SHARE_TOKENS
-        per_token = (now - ticket.started) / work
+        per_token = took / work
         # Averaged over about half a window of answers: one slow answer among many is not congestion.
         self.fast = per_token if self.fast is None else self.fast + min(0.2, 2 / self.window()) * (per_token - self.fast)
         if self.base is None or self.fast < self.base:

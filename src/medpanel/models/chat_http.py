@@ -62,9 +62,14 @@ def environment_proxy(url: str) -> str | None:
     return proxies.get(scheme) or proxies.get("all")
 
 
+def resolve_base_url(base_url: str | None) -> str:
+    """Where a spec's calls go: its base URL, else OPENAI_BASE_URL, else OpenAI's API (as the SDK chose)."""
+    return (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
 class ChatTransport:
     def __init__(self, base_url: str | None, api_key: str) -> None:
-        self.url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/") + "/chat/completions"
+        self.url = resolve_base_url(base_url) + "/chat/completions"
         self.headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json", "Accept": "application/json"}
         # What the SDK would have sent from the environment: the account's organisation and project.
         for env, header in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):

@@ -31,7 +31,7 @@ from typing import Any
 
 from medpanel.errors import ModelCallError, TransientModelError, UsageError
 from medpanel.models.base import Generation, Model, Request, Usage, thinking_name
-from medpanel.models.chat_http import DEFAULT_BASE_URL, ChatTransport, StatusError, Unreachable
+from medpanel.models.chat_http import ChatTransport, StatusError, Unreachable, resolve_base_url
 from medpanel.models.capabilities import FORMS, ServerMemory, UnsupportedParameter, forms_in_order, rejected_parameter
 from medpanel.models.adaptive import positive, shared_gate
 from medpanel.models.endpoints import ENDPOINT_ERRORS, OVERLOAD_ERRORS, SEPARATOR, normal_url, pool_urls, shared_pool
@@ -41,7 +41,6 @@ from medpanel.models.structured import server_schema
 
 KNOWN_PARAMS = ("vision", "key_env", "json_mode", "price_in", "price_out", "small", "reasoning", "endpoint_concurrency", "rpm", "tpm",
                 "adaptive")
-DEFAULT_ENDPOINT = DEFAULT_BASE_URL  # where a spec without a base URL goes: its gate's name
 JSON_MODES = FORMS  # the form tried first; the other is the fallback when a server rejects it
 DEFAULT_KEY_ENV = "OPENAI_API_KEY"
 # Local servers usually ignore the key; one is always sent, as the SDKs do.
@@ -146,7 +145,8 @@ class OpenAIModel(Model):
         self.base_url = SEPARATOR.join(urls) if urls else base_url
         # Every endpoint paces itself (models/adaptive.py), one gate per URL in the process.
         limits = {"cap": endpoint_concurrency, "rpm": rpm, "tpm": tpm, "adaptive": adaptive}
-        gates = [shared_gate(u, name, **limits) for u in (urls or [normal_url(base_url or DEFAULT_ENDPOINT)])]
+        # The gate is named by where the calls really go (OPENAI_BASE_URL included), as the transport sends them.
+        gates = [shared_gate(u, name, **limits) for u in (urls or [normal_url(resolve_base_url(base_url))])]
         self.pool = shared_pool(urls, endpoint_concurrency, gates, name) if urls else None
         self.gate = None if urls else gates[0]
         # Many calls may wait on its gate at once: the runner may keep many items in flight (RunConfig.concurrency).

@@ -265,10 +265,9 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _failed(started: float, error: str, kind: str) -> dict:
-    from medpanel.runs.runner import partial_events
+    from medpanel.runs.runner import failed_record, partial_events
 
-    return dict(status="failed", outcome=None, events=partial_events([], RuntimeError(error), error, kind), scores={},
-                error=error, error_kind=kind, started_at=started)
+    return failed_record(partial_events([], RuntimeError(error), error, kind), error, kind, started)
 
 
 # ---------------------------------------------------------------- the worker side

@@ -176,6 +176,11 @@ def partial_events(transcripts: list, exc: BaseException, error: str, kind: str)
     return events
 
 
+def failed_record(events: list[dict], error: str, kind: str, started_at: float) -> dict:
+    """A failed item's record for store.write_item: what it had of its transcript, and why it failed."""
+    return dict(status="failed", outcome=None, events=events, scores={}, error=error, error_kind=kind, started_at=started_at)
+
+
 async def compute_item(spec: ProtocolSpec, case: Case, repeat: int, panel: Panel, settings: BaseModel, context: RunContext,
                        run_id: str) -> dict:
     """Run one item (the protocol, then its scorers) and return its record, the keyword arguments of
@@ -188,8 +193,7 @@ async def compute_item(spec: ProtocolSpec, case: Case, repeat: int, panel: Panel
     started = time.time()
 
     def failure(exc: BaseException, error: str, kind: str) -> dict:
-        return dict(status="failed", outcome=None, events=partial_events(transcripts, exc, error, kind), scores={},
-                    error=error, error_kind=kind, started_at=started)
+        return failed_record(partial_events(transcripts, exc, error, kind), error, kind, started)
 
     try:
         outcome = await spec.run(case, panel, settings, context)
@@ -321,8 +325,7 @@ async def run_benchmark(
                 raise
             except Exception as exc:  # what the item made cannot be stored (a scorer's odd value): the item's bug
                 error = redact(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}")
-                record = dict(status="failed", outcome=None, events=record.get("events", []), scores={}, error=error,
-                              error_kind="bug", started_at=record.get("started_at", time.time()))
+                record = failed_record(record.get("events", []), error, "bug", record.get("started_at", time.time()))
                 store.write_item(run_id, case.id, repeat, **record)
             if record["status"] == "done":
                 progress.done += 1
