@@ -25,6 +25,7 @@ from pathlib import Path
 
 import aiohttp
 
+from medpanel import event_loop
 from medpanel.cases import Case
 from medpanel.models import Runtime
 from medpanel.runs.runner import RunConfig, run_benchmark
@@ -84,7 +85,7 @@ def main() -> None:
         with mock_server_process("--reply", "choice") as mock:
             capacity = asyncio.run(mock_capacity(mock.base_url, args.in_flight, args.seconds))
             print(f"mock alone: {capacity:.0f} requests/s at {args.in_flight} in flight, latency 0", flush=True)
-            fast = asyncio.run(through_runner(mock.base_url, args.calls, args.in_flight, Path(tmp) / "fast.db", "f"))
+            fast = event_loop.run(through_runner(mock.base_url, args.calls, args.in_flight, Path(tmp) / "fast.db", "f"))
         fast.pop("latencies")
         report["mock_capacity_per_s"] = round(capacity, 1)
         report["latency_0"] = fast | {"share_of_mock_capacity": round(fast["calls_per_s"] / capacity, 3)}
@@ -92,7 +93,7 @@ def main() -> None:
               f"({fast['calls_per_s'] / capacity:.0%} of the mock alone); {fast['cpu_ms_per_call']} ms of client CPU a call "
               f"= {fast['calls_per_cpu_s']} calls/s per core", flush=True)
         with mock_server_process("--reply", "choice", "--latency", str(args.latency)) as mock:
-            slow = asyncio.run(through_runner(mock.base_url, args.calls, args.in_flight, Path(tmp) / "slow.db", "s"))
+            slow = event_loop.run(through_runner(mock.base_url, args.calls, args.in_flight, Path(tmp) / "slow.db", "s"))
         added = [max(0.0, x - args.latency) for x in slow.pop("latencies")]
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         report[f"latency_{args.latency:g}"] = slow | {

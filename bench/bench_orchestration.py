@@ -2,8 +2,13 @@
 
 N items x a protocol of S sequential stages of W parallel calls, against the mock OpenAI server in its
 own process at a fixed latency L. With concurrency C the ideal wall time is ceil(N / C) * S * L;
-efficiency = ideal / measured (goal >= 0.90 at C = 64). Then the same run again on the same store:
-every call should come from the cache (goal: 0 requests reach the server).
+efficiency = ideal / measured. Each repeat runs twice on new items:
+- cold: the endpoint's gate forgotten first, as in a new `medpanel bench` process: the window starts at 4
+  and slow-starts, which costs a few round trips;
+- warm: the gate as the cold run left it (a second run in one process, or a long run past its start):
+  what the orchestration itself costs.
+Then the warm run again on the same store: every call should come from the cache (goal: 0 requests reach
+the server). Client CPU per call is the process's CPU time (every thread) over the calls made.
 
     .venv/bin/python bench/bench_orchestration.py [--latency 0.5] [--stages 3] [--width 3] [--repeats 3]
 """
@@ -11,7 +16,6 @@ every call should come from the cache (goal: 0 requests reach the server).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import statistics
@@ -19,8 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from medpanel import event_loop
 from medpanel.cases import Case
 from medpanel.models import Runtime
+from medpanel.models.adaptive import reset_gates
+from medpanel.models.endpoints import reset_pools
 from medpanel.runs.runner import RunConfig, build_panel, run_benchmark
 from medpanel.runs.store import Store
 from medpanel.testing.process import mock_server_process
@@ -54,21 +61,33 @@ def main() -> None:
         for c in args.concurrency:
             n = c * args.batches
             ideal = math.ceil(n / c) * args.stages * args.latency
-            walls, cache_walls, cache_requests = [], [], []
+            calls = n * args.stages * args.width
+            cold, warm, cpu_ms, cache_walls, cache_requests = [], [], [], [], []
             for rep in range(args.repeats):
-                store = Store(Path(tmp) / f"c{c}-r{rep}.db")
-                cases = [Case(id=f"i{i}", question=f"item {i} rep {rep}") for i in range(n)]
-                walls.append(asyncio.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "first")))
-                before = mock.stats()["requests"]
-                cache_walls.append(asyncio.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "rerun")))
-                cache_requests.append(mock.stats()["requests"] - before)
-                store.close()
-            median = statistics.median(walls)
-            rows.append({"concurrency": c, "items": n, "calls_per_run": n * args.stages * args.width, "ideal_s": ideal,
-                         "median_wall_s": round(median, 3), "walls_s": [round(w, 3) for w in walls],
-                         "efficiency": round(ideal / median, 3), "cached_rerun_median_s": round(statistics.median(cache_walls), 3),
-                         "cached_rerun_requests": cache_requests})
-            print(f"C={c:>3} N={n:>4} ideal {ideal:6.2f}s  median {median:6.2f}s  efficiency {ideal / median:5.3f}  "
+                reset_gates()
+                reset_pools()
+                for phase, walls in (("cold", cold), ("warm", warm)):
+                    store = Store(Path(tmp) / f"c{c}-r{rep}-{phase}.db")
+                    cases = [Case(id=f"i{i}", question=f"item {i} rep {rep} {phase}") for i in range(n)]
+                    cpu = time.process_time()
+                    walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "first")))
+                    if phase == "warm":
+                        cpu_ms.append((time.process_time() - cpu) / calls * 1000)
+                        before = mock.stats()["requests"]
+                        cache_walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "rerun")))
+                        cache_requests.append(mock.stats()["requests"] - before)
+                    store.close()
+            cold_median, warm_median = statistics.median(cold), statistics.median(warm)
+            rows.append({"concurrency": c, "items": n, "calls_per_run": calls, "ideal_s": ideal,
+                         "cold_median_wall_s": round(cold_median, 3), "cold_walls_s": [round(w, 3) for w in cold],
+                         "cold_efficiency": round(ideal / cold_median, 3),
+                         "warm_median_wall_s": round(warm_median, 3), "warm_walls_s": [round(w, 3) for w in warm],
+                         "warm_efficiency": round(ideal / warm_median, 3),
+                         "client_cpu_ms_per_call": round(statistics.median(cpu_ms), 3),
+                         "client_calls_per_s_per_core": round(1000 / statistics.median(cpu_ms)),
+                         "cached_rerun_median_s": round(statistics.median(cache_walls), 3), "cached_rerun_requests": cache_requests})
+            print(f"C={c:>3} N={n:>4} ideal {ideal:6.2f}s  cold {cold_median:6.2f}s (efficiency {ideal / cold_median:5.3f})  "
+                  f"warm {warm_median:6.2f}s (efficiency {ideal / warm_median:5.3f})  client {statistics.median(cpu_ms):.3f} ms CPU/call  "
                   f"cached rerun {statistics.median(cache_walls):5.2f}s with {max(cache_requests)} server requests", flush=True)
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)

@@ -32,7 +32,7 @@ FORBIDDEN = {
     "train": {"cli", "web"},
 }
 # Top-level modules that belong to the core: everything may use them, they use nothing above.
-CORE = {"errors", "transcript", "context", "reply_text", "literal", "redact"}
+CORE = {"errors", "transcript", "context", "reply_text", "literal", "redact", "event_loop", "ray_cluster"}
 
 
 def layer_of(path: Path, root: Path) -> str:

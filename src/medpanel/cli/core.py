@@ -12,7 +12,7 @@ import typer
 from rich import box
 from rich.table import Column, Table
 
-from medpanel import __version__
+from medpanel import __version__, event_loop
 from medpanel.cli.common import (JsonOpt, RunOptions, StoreOpt, app, bind_options, err, open_store, out, parse_sets, print_json,
                                  split_models, styled)
 from medpanel.errors import BudgetExceeded, MedpanelError, UsageError
@@ -194,7 +194,7 @@ def bench(
     bar, hook = _progress_printer(as_json)
     try:
         with bar:
-            result = asyncio.run(run_benchmark(db, config, runtime, run_id=run_id, resume=bool(resume), on_progress=hook, executor=item_executor))
+            result = event_loop.run(run_benchmark(db, config, runtime, run_id=run_id, resume=bool(resume), on_progress=hook, executor=item_executor))
     except KeyboardInterrupt:
         err.print(styled(("Interrupted.", "yellow"), f" Finished items are saved; continue with: medpanel bench --resume {run_id or 'last'}"))
         raise typer.Exit(130)

@@ -1,12 +1,16 @@
 """`medpanel curate`: recorded tumor-board meetings to benchmark cases (curate/pipeline.py).
 
 Exit status: 0 when every recording finished, 4 when some failed (each is listed with its stage and
-error, and the others' cases are written), 2 for bad input, 3 at a spending cap.
+error, and the others' cases are written), 2 for bad input (with --executor ray also: a task shape no
+node fits, a package or tesseract missing on a node, OUT not shared with a node), 3 at a spending cap,
+1 when the Ray cluster itself fails mid-run (the error says so; finished stages are kept, so the same
+command resumes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -17,6 +21,13 @@ from medpanel.errors import UsageError
 
 STAGE_HELP = ("Stages to run, comma-separated, from: audio, speakers, slides, align, roles, cases, captions, extract, deleak, "
               "write; 'offline' for the four model-free ones, 'all' (default). Finished stages are skipped unless --redo.")
+
+
+def _env_float(name: str) -> float | None:
+    try:
+        return float(os.environ[name])
+    except (KeyError, ValueError):
+        return None
 
 
 def parse_stages(text: str) -> list[str]:
@@ -50,6 +61,9 @@ def curate(
     every: Annotated[float, typer.Option("--every", envvar="MEDPANEL_CURATE_EVERY", min=0.5, help="Seconds between the frames searched for slides.")] = 5.0,
     seed: Annotated[int, typer.Option("--seed", envvar="MEDPANEL_CURATE_SEED", help="Seed of the 60/10/30 split by recording.")] = 0,
     redo: Annotated[bool, typer.Option("--redo", envvar="MEDPANEL_CURATE_REDO", help="Run the chosen stages again even where finished (later stages' files are removed).")] = False,
+    executor: Annotated[str, typer.Option("--executor", envvar="MEDPANEL_CURATE_EXECUTOR", help="Where the offline stages run: local (this process) or ray (Ray tasks on a cluster; the model stages and write stay here). See docs/curation.md.")] = "local",
+    address: Annotated[Optional[str], typer.Option("--address", envvar="MEDPANEL_RAY_ADDRESS", help="With --executor ray: the cluster's head, HOST:PORT as `ray start --head` printed it (default: a local Ray instance).")] = None,
+    gpus_per_task: Annotated[Optional[float], typer.Option("--gpus-per-task", envvar="MEDPANEL_CURATE_GPUS_PER_TASK", help="With --executor ray: GPUs each audio/speakers task requests (0: CPU only; default: 1 when the cluster has a GPU, else 0).")] = None,
     as_json: JsonOpt = False,
     *,
     opts: RunOptions,
@@ -63,6 +77,13 @@ def curate(
     from medpanel.models.registry import build_model
 
     chosen = parse_stages(stages)
+    if executor not in ("local", "ray"):
+        raise UsageError(f"--executor {executor!r} is not one of: local, ray.", "Use --executor local (the default) or --executor ray.")
+    if executor != "ray":
+        if address and address != os.environ.get("MEDPANEL_RAY_ADDRESS"):  # the variable alone may stay set
+            raise UsageError("--address names a Ray cluster, which only --executor ray uses.", "Add --executor ray, or drop --address.")
+        if gpus_per_task is not None and gpus_per_task != _env_float("MEDPANEL_CURATE_GPUS_PER_TASK"):
+            raise UsageError("--gpus-per-task sizes Ray tasks, which only --executor ray runs.", "Add --executor ray, or drop --gpus-per-task.")
     recordings(source)  # bad input is reported before anything loads
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--out {out_dir} is a file.", "Give a folder (it is created if missing).")
@@ -76,6 +97,12 @@ def curate(
                               diarization_model=str(diarization_model) if diarization_model else None,
                               visual=replace(VisualSettings(), every_s=every), model=model, seed=seed)
     make_model = None
+
+    cluster = None
+    if executor == "ray":
+        from medpanel.curate.ray_stages import RayStages
+
+        cluster = RayStages(address, gpus_per_task=gpus_per_task)  # no ray: the extra is named here, exit 2
     if any(s in MODEL_STAGES for s in chosen):
         # Built now, so a mistyped spec is reported before hours of transcription, not after.
         db, runtime = opts.start()
@@ -86,7 +113,16 @@ def curate(
         if not as_json:
             err.print(styled((f"{recording} ", "bold"), (f"{stage}: ", "cyan"), message))
 
-    report = asyncio.run(run_curate(source, out_dir, stages=chosen, settings=settings, make_model=make_model, progress=progress, redo=redo))
+    if cluster is None:
+        report = asyncio.run(run_curate(source, out_dir, stages=chosen, settings=settings, make_model=make_model, progress=progress, redo=redo))
+    else:
+        from medpanel.curate.ray_stages import curate_on_ray
+
+        try:  # curate_on_ray connects first: a bad address, a task no node fits, refused before any stage runs
+            report = asyncio.run(curate_on_ray(source, out_dir, stages=chosen, settings=settings, make_model=make_model,
+                                               progress=progress, redo=redo, cluster=cluster))
+        finally:
+            cluster.shutdown()
     if as_json:
         print_json({"out": str(out_dir), "recordings": [asdict(r) for r in report.results], "split": report.split})
     else:

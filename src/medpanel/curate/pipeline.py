@@ -142,9 +142,10 @@ def fingerprint(source: Path) -> dict:
     return {"name": source.name, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Whole or not at all: written beside, then renamed over."""
-    tmp = path.with_name(path.name + ".part")
+def write_json(path: Path, data: Any, tag: str = "") -> None:
+    """Whole or not at all: written beside, then renamed over. `tag` names the file beside (NAME.TAG.part),
+    so two writers of one file (a Ray attempt presumed dead and its retry) never write into the same one."""
+    tmp = path.with_name(path.name + (f".{tag}" if tag else "") + ".part")
     tmp.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
     os.replace(tmp, path)
 
@@ -160,19 +161,21 @@ class Tools:
         self.settings = settings
         self._make_model = make_model
         self._whisper = self._encoder = self._model = None
+        self.device = {"whisper": "cpu", "encoder": "cpu"}  # where each model loads (a Ray worker given a GPU picks per model)
 
     def whisper(self):
         if self._whisper is None:
             from medpanel.curate.transcribe import load_whisper
 
-            self._whisper = load_whisper(Path(self.settings.whisper_model) if self.settings.whisper_model else None)
+            self._whisper = load_whisper(Path(self.settings.whisper_model) if self.settings.whisper_model else None,
+                                         device=self.device["whisper"])
         return self._whisper
 
     def encoder(self):
         if self._encoder is None:
             from medpanel.curate.speakers import load_encoder
 
-            self._encoder = load_encoder()
+            self._encoder = load_encoder(self.device["encoder"])
         return self._encoder
 
     def model(self):
@@ -206,6 +209,8 @@ class Recording:
         self.folder = out / "work" / rid
         self.folder.mkdir(parents=True, exist_ok=True)
         self.result = RecordingResult(rid, str(source), "done")
+        self.part_tag = ""  # see write_json: a Ray worker sets its attempt's
+        self.fingerprint: dict | None = None  # the source's, as claim() wrote it to source.json
 
     def claim(self) -> bool:
         """Make the work folder this file's: stage files made from another file (a replaced recording, or
@@ -225,7 +230,25 @@ class Recording:
                 self.path(stage).unlink(missing_ok=True)
             shutil.rmtree(self.folder / "slides", ignore_errors=True)
         write_json(marker, mine)
+        self.fingerprint = mine
+        self.sweep_parts()
         return stale
+
+    def sweep_parts(self, stage: str | None = None) -> None:
+        """Remove files written beside and never renamed (a killed run's, or a cancelled Ray attempt's: ray.cancel
+        does not wait for the worker to die): every one, or only `stage`'s (the others may be in flight).
+        Best effort: a file that cannot be removed is only left behind."""
+        try:
+            strays = list(self.folder.glob(f"{FILES[stage]}.*.part" if stage else "*.part"))
+            if stage in (None, "slides"):
+                strays += (self.folder / "slides").glob("*.part")
+        except OSError:
+            return
+        for stray in strays:
+            try:
+                stray.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def path(self, stage: str) -> Path:
         return self.folder / FILES[stage]
@@ -248,12 +271,28 @@ class Recording:
         return isinstance(stored, dict) and stored.get("settings") == json.loads(json.dumps(self.tools.settings.stage_key(stage)))
 
     def save(self, stage: str, data: Any) -> None:
-        write_json(self.path(stage), {"stage": stage, "settings": self.tools.settings.stage_key(stage), "data": data})
+        write_json(self.path(stage), {"stage": stage, "settings": self.tools.settings.stage_key(stage), "data": data}, self.part_tag)
 
     def invalidate_after(self, stage: str) -> None:
         for later in dependents(stage):
             if later in FILES:
                 self.path(later).unlink(missing_ok=True)
+
+    # Shared by Recording.run and the Ray driver (curate/ray_stages.py), so both skip, invalidate and record alike.
+    def begin(self, stage: str, progress: Progress, redo: bool) -> bool:
+        """False when the stage is up to date (recorded as skipped); else it is announced and the files of the
+        stages that read from it are removed (an OSError doing so fails this recording, at this stage)."""
+        if not redo and self.up_to_date(stage):
+            self.result.skipped.append(stage)
+            return False
+        progress(self.rid, stage, "running")
+        self.invalidate_after(stage)
+        return True
+
+    def finished(self, stage: str, seconds: float, message: str, progress: Progress, where: str = "") -> None:
+        self.result.seconds[stage] = round(seconds, 3)
+        self.result.ran.append(stage)
+        progress(self.rid, stage, f"{message} ({seconds:.1f} s{where})")
 
     # ------------------------------------------------------------------ the stages
 
@@ -384,19 +423,14 @@ class Recording:
         for stage in stages:
             if stage == "write":
                 continue
-            if not redo and self.up_to_date(stage):
-                result.skipped.append(stage)
-                continue
             result.failed_stage = stage
-            progress(self.rid, stage, "running")
             started = time.perf_counter()
-            self.invalidate_after(stage)
+            if not self.begin(stage, progress, redo):
+                continue
             done = getattr(self, f"run_{stage}")()
             message = (await done) if hasattr(done, "__await__") else done
             await asyncio.sleep(0)  # a Ctrl-C during an offline stage (no await inside) stops here, not after every recording
-            result.seconds[stage] = round(time.perf_counter() - started, 3)
-            result.ran.append(stage)
-            progress(self.rid, stage, f"{message} ({result.seconds[stage]:.1f} s)")
+            self.finished(stage, time.perf_counter() - started, message, progress)
         result.failed_stage = None
         return result
 
@@ -494,36 +528,47 @@ class CurateReport:
         return [r for r in self.results if r.state == "failed"]
 
 
-async def curate(source: Path, out: Path, *, stages: list[str] | None = None, settings: CurateSettings | None = None,
-                 make_model: Callable[[], Any] | None = None, progress: Progress | None = None, redo: bool = False) -> CurateReport:
-    """Run `stages` (default: all) on every recording under `source`, into `out`. A recording's failure is
-    recorded in its status.json and the next goes on; a spending cap stops the whole run."""
-    settings = settings or CurateSettings()
-    stages = [s for s in STAGES if s in (stages or STAGES)]
-    progress = progress or (lambda rid, stage, message: None)
+def chosen(stages: list[str] | None) -> list[str]:
+    """The stages to run, in pipeline order (default: all)."""
+    return [s for s in STAGES if s in (stages or STAGES)]
+
+
+def open_recordings(source: Path, out: Path, stages: list[str], tools: Tools, progress: Progress, redo: bool) -> list[Recording]:
+    """The output folder made, every recording's work folder claimed and its chosen stages' inputs checked:
+    everything refused before any stage runs."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         (out / "work").mkdir(exist_ok=True)
     except OSError as exc:
         raise UsageError(f"Cannot make the output folder {out}: {exc.strerror}.", "Give --out a folder you can write to.") from None
-    tools = Tools(settings, make_model)
     work = [Recording(rid, path, out, tools) for rid, path in recording_ids(recordings(source)).items()]
     for recording in work:
         if recording.claim():
             progress(recording.rid, "-", "the recording changed since its stage files were made: starting it afresh")
         recording.check_inputs([s for s in stages if s != "write"], redo)
-    results = []
-    for recording in work:
-        try:
-            result = await recording.run(stages, progress, redo)
-        except (BudgetExceeded, MissingExtraError, KeyboardInterrupt):
-            raise  # a cap, a missing package: every recording would fail the same way
-        except Exception as exc:  # any other failure of one recording: recorded, and the next goes on
-            result = recording.result
-            result.state, result.error = "failed", f"{type(exc).__name__}: {exc}"
-            progress(recording.rid, result.failed_stage or "?", f"failed: {result.error}")
-        write_json(recording.folder / "status.json", asdict(result))
-        results.append(result)
+    return work
+
+
+def record_failure(recording: Recording, error: str, progress: Progress) -> None:
+    result = recording.result
+    result.state, result.error = "failed", error
+    progress(recording.rid, result.failed_stage or "?", f"failed: {error}")
+
+
+async def run_recording(recording: Recording, stages: list[str], progress: Progress, redo: bool) -> RecordingResult:
+    """One recording's stages, its failure recorded (not raised) and its status.json written."""
+    try:
+        await recording.run(stages, progress, redo)
+    except (BudgetExceeded, MissingExtraError, KeyboardInterrupt):
+        raise  # a cap, a missing package: every recording would fail the same way
+    except Exception as exc:  # any other failure of one recording: recorded, and the next goes on
+        record_failure(recording, f"{type(exc).__name__}: {exc}", progress)
+    write_json(recording.folder / "status.json", asdict(recording.result))
+    return recording.result
+
+
+def finish(out: Path, stages: list[str], settings: CurateSettings, results: list[RecordingResult], progress: Progress) -> CurateReport:
+    """The write stage (when chosen) over every recording's files, its failures added to `results`."""
     report = CurateReport(results)
     if "write" in stages:
         report.split, failed = write_cases(out, settings.seed)
@@ -536,3 +581,16 @@ async def curate(source: Path, out: Path, *, stages: list[str] | None = None, se
             progress(rid, "write", f"failed: {error}")
         progress("*", "write", f"{sum(len(v) for v in report.split['cases'].values())} case(s) written")
     return report
+
+
+async def curate(source: Path, out: Path, *, stages: list[str] | None = None, settings: CurateSettings | None = None,
+                 make_model: Callable[[], Any] | None = None, progress: Progress | None = None, redo: bool = False) -> CurateReport:
+    """Run `stages` (default: all) on every recording under `source`, into `out`. A recording's failure is
+    recorded in its status.json and the next goes on; a spending cap stops the whole run.
+    (curate/ray_stages.py runs the same steps with the offline stages on a Ray cluster.)"""
+    settings = settings or CurateSettings()
+    stages = chosen(stages)
+    progress = progress or (lambda rid, stage, message: None)
+    work = open_recordings(source, out, stages, Tools(settings, make_model), progress, redo)
+    results = [await run_recording(recording, stages, progress, redo) for recording in work]
+    return finish(out, stages, settings, results, progress)

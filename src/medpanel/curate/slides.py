@@ -24,6 +24,8 @@ second between them are read against the kept slides, so a boundary is off by at
 
 from __future__ import annotations
 
+import os
+import secrets
 import shutil
 import subprocess
 import tempfile
@@ -138,9 +140,13 @@ def looks_like_slide(image: Any, settings: VisualSettings) -> tuple[int, int, in
     return (max(0, int(box[0])), max(0, int(box[1])), min(image.width, int(box[2] + 0.999)), min(image.height, int(box[3] + 0.999)))
 
 
+def ocr_available() -> bool:
+    return shutil.which("tesseract") is not None
+
+
 def read_text(image: Any) -> str:
     """The slide's text by tesseract, lines kept, blank lines dropped; "" without tesseract."""
-    if shutil.which("tesseract") is None:
+    if not ocr_available():
         return ""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "slide.png"
@@ -173,7 +179,10 @@ def find_slides(path: Path, folder: Path, settings: VisualSettings = VisualSetti
         if match is None and may_add:
             match = len(kept)
             name = f"slides/slide_{match + 1:02d}.png"
-            crop.save(folder / name)
+            # Whole or not at all, as the stage files: a kill mid-save leaves only a .part file (swept on the next run).
+            part = folder / f"{name}.{os.getpid()}-{secrets.token_hex(3)}.part"
+            crop.save(part, format="PNG")
+            os.replace(part, folder / name)
             kept.append(Slide(f"slide_{match + 1:02d}", name, round(t, 3), box, read_text(crop) if settings.ocr else ""))
             hashes.append(code)
         return match

@@ -65,14 +65,15 @@ def chunks(segments: Sequence[Segment], settings: DiarizeSettings) -> list[list[
     return out
 
 
-def load_encoder():
+def load_encoder(device: str = "cpu"):
+    """resemblyzer's voice encoder on `device` ("cpu", or "cuda" on a Ray worker given a GPU)."""
     try:
         with warnings.catch_warnings():  # its VAD dependency imports the deprecated pkg_resources
             warnings.simplefilter("ignore")
             from resemblyzer import VoiceEncoder
     except ImportError:
         raise MissingExtraError("speaker diarization", "curate", "resemblyzer") from None
-    return VoiceEncoder("cpu", verbose=False)
+    return VoiceEncoder(device, verbose=False)
 
 
 def cluster(embeddings: Any, settings: DiarizeSettings) -> list[int]:

@@ -55,15 +55,21 @@ def decode_audio(path: Path) -> Any:
         raise UsageError(f"Cannot read audio from {path}: {exc}", "Give a video or audio file ffmpeg can play.") from None
 
 
-def load_whisper(model: Path | None = None, threads: int = 0):
-    """A faster-whisper model from a CTranslate2 folder (default: the shipped tiny.en), int8 on CPU."""
-    from faster_whisper import WhisperModel
+def load_whisper(model: Path | None = None, threads: int = 0, device: str = "cpu"):
+    """A faster-whisper model from a CTranslate2 folder (default: the shipped tiny.en): int8 on the CPU, the
+    model's own precision on "cuda" (a Ray worker given a GPU)."""
+    try:
+        from faster_whisper import WhisperModel
+    except ImportError:
+        raise MissingExtraError("transcription", "curate", "faster-whisper") from None
 
     folder = Path(model) if model else default_whisper_model()
     if not (folder / "model.bin").is_file():
         raise UsageError(f"{folder} is not a CTranslate2 Whisper model (no model.bin).",
                          "Give --whisper-model a folder converted with ct2-transformers-converter, or leave it out for tiny.en.")
-    return WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=threads)
+    if device == "cpu":
+        return WhisperModel(str(folder), device="cpu", compute_type="int8", cpu_threads=threads)
+    return WhisperModel(str(folder), device=device, compute_type="default")
 
 
 def transcribe(audio: Any, whisper: Any, *, language: str | None = "en") -> list[Segment]:

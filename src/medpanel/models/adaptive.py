@@ -3,12 +3,13 @@ server's answers, so a default run approaches the server's capacity without a 42
 model and endpoint URL in a process (shared by every spec of it, like endpoint pools: models/endpoints.py).
 
 - **Window (AIMD).** Starts at `INITIAL_WINDOW` requests in flight. Until the first sign of congestion it
-  grows by one per success (it doubles each round trip: slow start); after, by one per window's worth of
+  grows by `SLOW_START_GROWTH` per success (it triples each round trip: slow start); after, by one per window's worth of
   successes. Congestion cuts it: an overload answer (a 5xx or a timeout) to `DECREASE` of itself, a
   short-term latency above `LATENCY_RISE` times its baseline to where a queue at the server would bring
   it back to that line (at most by half); at most once per round trip, since only a request sent after
   the last cut can cause another. A latency rise is not held against the server while this process uses
-  most of a core (`CLIENT_BUSY`): then the client's own delays are what rose. It grows only while used (a success with fewer
+  most of a core (`CLIENT_BUSY`) or its event loop runs late (`CLIENT_LAG`, e.g. on a machine whose other
+  processes leave it too little CPU): then the client's own delays are what rose. It grows only while used (a success with fewer
   than half the window in flight adds nothing), and stays within [1, endpoint_concurrency or 1024].
   Latency is compared per output token (plus a fixed share for the prompt), as servers take longer for
   longer answers.
@@ -44,13 +45,19 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from medpanel.errors import UsageError
+from medpanel.models.loop_lag import loop_lag
 
-INITIAL_WINDOW = 4  # a first burst an API's rate limit can take; slow start doubles it each round trip
+INITIAL_WINDOW = 4  # a first burst an API's rate limit can take
+# Slow start adds this per success, tripling the window each round trip: a model's round trip takes seconds,
+# so doubling (TCP's) would take a minute-long run a tenth of its time to reach 256 in flight. Its first 429
+# (a rate limit) comes in the first round trip whatever the growth; a queue's latency rise cuts it a round later.
+SLOW_START_GROWTH = 2.0
 MAX_WINDOW = 1024
 DECREASE = 0.8
 LATENCY_RISE = 2.0  # short-term latency this many times the baseline is congestion
 BASE_DRIFT_S = 60.0  # a latency that lasts this long becomes the baseline
 CLIENT_BUSY = 0.85  # of a core: a client this busy delays its own answers, so their latency says nothing of the server
+CLIENT_LAG = 0.1  # of a request's latency: an event loop this late (models/loop_lag.py) delays answers several times over
 PROMPT_SHARE_TOKENS = 20  # a request's fixed cost (the first token's wait), counted as this many output tokens
 PROMPT_TOKEN_SHARE = 0.05  # and each prompt token as this share of an output token
 PACE_CUT = 0.9  # a 429 sets the pace to this share of the rate it was refused at
@@ -193,12 +200,14 @@ class Bucket:
 
 @dataclass(frozen=True)
 class Ticket:
-    """One request's slot: when it was sent, the window and pace epochs it was sent in, its tokens held."""
+    """One request's slot: when it was sent, the window and pace epochs it was sent in, its tokens held, and
+    the requests in flight once it was (itself included)."""
 
     started: float
     epoch: int
     pace_epoch: int
     tokens: int
+    load: int = 0
 
 
 class EndpointGate:
@@ -257,7 +266,7 @@ class EndpointGate:
         for bucket, amount in ((self.pace, 1), (self.requests, 1), (self.tokens, tokens)):
             if bucket is not None:
                 bucket.take(amount, now)
-        return Ticket(now, self.epoch, self.pace_epoch, tokens)
+        return Ticket(now, self.epoch, self.pace_epoch, tokens, self.in_flight)
 
     async def acquire(self, deadline: float | None, tokens: int = 0) -> Ticket | None:
         """A slot for one request, first come first served, waiting until the deadline (None if none came).
@@ -295,6 +304,7 @@ class EndpointGate:
             listener()
 
     def _succeeded(self, ticket: Ticket, now: float, in_flight: int, output_tokens: int | None, input_tokens: int | None) -> None:
+        loop_lag()  # keeps this loop's probe running while answers come (it stops when idle)
         self.admitted.append(now)
         while self.admitted and self.admitted[0] < now - ADMITTED_SPAN_S:
             self.admitted.popleft()
@@ -325,14 +335,20 @@ class EndpointGate:
         self.based_at = now
         if now - self.cpu_at >= 0.5:  # is this process itself the bottleneck? (then latency measures it, not the server)
             cpu = time.process_time()
-            self.client_busy = (cpu - self.cpu_used) / (now - self.cpu_at) >= CLIENT_BUSY
+            self.client_busy = (cpu - self.cpu_used) / (now - self.cpu_at) >= CLIENT_BUSY or self._loop_late()
             self.cpu_at, self.cpu_used = now, cpu
-        if self.fast > LATENCY_RISE * self.base and not self.client_busy:
+        # The lag is read afresh here: a loop that has just started running late must not wait for the next check.
+        if self.fast > LATENCY_RISE * self.base and not self.client_busy and not self._loop_late():
             # A queue at the server grows its latency with the load: cut to where it would be at the line.
             self._congested(ticket, in_flight, LATENCY_RISE * self.base / self.fast)
             return
-        if in_flight * 2 >= self.window():  # only a window in use grows
-            self.limit = min(float(self.cap or MAX_WINDOW), self.limit + (1.0 if self.slow_start else 1.0 / self.limit))
+        # Only a window in use grows: one at least half full when this request went, or now (answers that come
+        # back together each see fewer still in flight, which must not stop slow start after the first few).
+        if max(in_flight, ticket.load) * 2 >= self.window():
+            self.limit = min(float(self.cap or MAX_WINDOW), self.limit + (SLOW_START_GROWTH if self.slow_start else 1.0 / self.limit))
+
+    def _loop_late(self) -> bool:
+        return loop_lag() >= max(0.005, CLIENT_LAG * (self.latency_s or 0.0))
 
     def _congested(self, ticket: Ticket, in_flight: int, ratio: float = DECREASE) -> None:
         if not self.adaptive or ticket.epoch != self.epoch:

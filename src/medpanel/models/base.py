@@ -260,7 +260,7 @@ class Model(ABC):
             if hit is not None:
                 rt.budget.cached_calls += 1
                 truncated = _truncated(hit.get("finish_reason"))
-                rt.cache.log_call(key, self.id, True, call_scope.get(), served_model=hit.get("served_model"), truncated=truncated)
+                await rt.cache.log_call_async(key, self.id, True, call_scope.get(), served_model=hit.get("served_model"), truncated=truncated)
                 return Reply(
                     text=hit["text"],
                     usage=Usage(**hit.get("usage", {})),
@@ -298,7 +298,7 @@ class Model(ABC):
         rt.budget.settle(reservation, gen.usage.input_tokens, gen.usage.output_tokens, cost)
         truncated = _truncated(gen.finish_reason)
         if key is not None and self.cacheable:
-            rt.cache.put_call(
+            await rt.cache.put_call_async(
                 key,
                 {
                     "model": self.id,
@@ -314,7 +314,7 @@ class Model(ABC):
                 call_scope.get(),
             )
         elif key is not None:  # every call is logged, cacheable or not, so a run can count what it spent
-            rt.cache.log_call(key, self.id, False, call_scope.get(), usage=(gen.usage.input_tokens, gen.usage.output_tokens, cost),
+            await rt.cache.log_call_async(key, self.id, False, call_scope.get(), usage=(gen.usage.input_tokens, gen.usage.output_tokens, cost),
                               served_model=gen.model, truncated=truncated)
         return Reply(
             text=gen.text,

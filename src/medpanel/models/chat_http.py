@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import pydantic_core
+import yarl
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -69,14 +71,14 @@ def resolve_base_url(base_url: str | None) -> str:
 
 class ChatTransport:
     def __init__(self, base_url: str | None, api_key: str) -> None:
-        self.url = resolve_base_url(base_url) + "/chat/completions"
+        self.url = yarl.URL(resolve_base_url(base_url) + "/chat/completions")  # parsed once, not per request
         self.headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json", "Accept": "application/json"}
         # What the SDK would have sent from the environment: the account's organisation and project.
         for env, header in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
             if os.environ.get(env):
                 self.headers[header] = os.environ[env]
         self._sessions: dict[int, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
-        self.proxy = environment_proxy(self.url)
+        self.proxy = environment_proxy(str(self.url))
 
     def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -96,7 +98,7 @@ class ChatTransport:
     async def post(self, body: dict) -> Any:
         """The decoded JSON answer (or its raw text when it is not JSON). Raises StatusError for an HTTP error,
         Unreachable when no whole answer came, and lets asyncio's timeout and cancellation through."""
-        data = json.dumps(body, ensure_ascii=False).encode()
+        data = pydantic_core.to_json(body, inf_nan_mode="constants")  # as json.dumps would, several times faster
         try:
             async with self._session().post(self.url, data=data, proxy=self.proxy) as response:
                 raw = await response.read()
@@ -110,7 +112,7 @@ class ChatTransport:
             raise Unreachable(f"{type(exc).__name__}: {exc}") from None
         text = raw.decode("utf-8", errors="replace")
         try:
-            decoded: Any = json.loads(text)
+            decoded: Any = pydantic_core.from_json(text)
         except ValueError:
             decoded = text
         if status >= 400:

@@ -27,6 +27,14 @@ class CallCache(Protocol):
     def log_call(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
                  usage: tuple[int, int, float] = (0, 0, 0.0), served_model: str | None = None, truncated: bool | None = None) -> None: ...
 
+    # The same two, awaited by a model call on its event loop: they return once the rows are committed, and
+    # may commit them in a group with other calls' (the store does: runs/call_writer.py).
+    async def put_call_async(self, key: str, record: dict[str, Any], scope: tuple[str, str, int] | None = None) -> None: ...
+
+    async def log_call_async(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
+                             usage: tuple[int, int, float] = (0, 0, 0.0), served_model: str | None = None,
+                             truncated: bool | None = None) -> None: ...
+
 
 # The (run, item, repeat) a call belongs to, set by the runner around each item. It attributes calls in
 # the log, and keys sampled calls of different repeats apart in the cache; it never changes a request.

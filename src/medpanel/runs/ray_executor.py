@@ -21,49 +21,25 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import signal
-import socket
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from medpanel.cases import Case
 from medpanel.context import RunContext
-from medpanel.errors import BudgetExceeded, MedpanelError, MissingExtraError, UsageError
+from medpanel.errors import BudgetExceeded, MedpanelError, UsageError
 from medpanel.models.runtime import Runtime
+from medpanel.ray_cluster import MAX_ATTEMPTS, connect, disconnect, first_line, import_ray, lost_worker_errors, require_cpu
 from medpanel.runs.ray_store import LEDGER_TIMEOUT_S, ForwardingCache, RemoteBudget, RunLedger, ledger_gone, raise_answer
 from medpanel.runs.store import StoreError
 
-MAX_ATTEMPTS = 3  # tries of one item whose worker died, before it is recorded as failed
-LOCAL_OBJECT_STORE_BYTES = 200 * 1024**2  # a local instance's object store: items are small JSON
-PROBE_TIMEOUT_S = 5.0  # a cluster address that does not answer a TCP connection in this long is refused
-
-
-def import_ray():
-    try:
-        import ray
-    except ImportError:
-        raise MissingExtraError("--executor ray", "ray", "ray") from None
-    return ray
 
 
 # ---------------------------------------------------------------- the driver side
 
-def _probe(address: str) -> None:
-    """Refuse at once an address nothing listens on (ray.init would retry it for minutes)."""
-    if address.startswith("ray://"):
-        raise UsageError(f"--address {address}: a Ray Client address cannot be used; the run's ledger must share a node with the store.",
-                         "Run `medpanel bench` on a node of the cluster, with the head's HOST:PORT (e.g. --address 10.0.0.5:6379).")
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise UsageError(f"--address {address!r} is not HOST:PORT (or auto: the cluster `ray start` began on this machine).",
-                         "Give the head node's address as `ray start --head` printed it, e.g. --address 10.0.0.5:6379.")
-    try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S).close()
-    except OSError as exc:
-        raise UsageError(f"No Ray cluster answers at {address}: {exc}.",
-                         "Start one there (`ray start --head`), check the address and port, or drop --address for a local one.") from None
+# Why a Ray Client (ray://) address is refused, and the fix: each caller names its own reason and command.
+BENCH_CLIENT_REFUSAL = ("a Ray Client address cannot be used; the run's ledger must share a node with the store.",
+                        "Run `medpanel bench` on a node of the cluster, with the head's HOST:PORT (e.g. --address 10.0.0.5:6379).")
 
 
 def _provider(spec: str) -> str:
@@ -73,36 +49,6 @@ def _provider(spec: str) -> str:
         return parse_spec(spec).provider
     except UsageError:
         return spec.strip().split(":")[0].split("?")[0].strip().lower()
-
-
-def connect(address: str | None, num_cpus: int | None = None) -> bool:
-    """Connect to the cluster at `address`, or start a small local instance; True when this process started
-    (and so should stop) the connection. A process already connected (a test, a notebook) is used as it is."""
-    ray = import_ray()
-    address = None if address == "local" else address
-    if address and address != "auto":
-        _probe(address)
-    if ray.is_initialized():
-        return False
-    options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": "WARNING", "configure_logging": False}
-    if address:
-        options["address"] = address
-    else:  # "local": a new instance, whatever RAY_ADDRESS or a cluster already on this machine says
-        options |= {"address": "local", "num_cpus": num_cpus or os.cpu_count() or 1, "object_store_memory": LOCAL_OBJECT_STORE_BYTES}
-    # ray.init makes SIGTERM exit the process at once; medpanel's handler stops a run as Ctrl-C does (logged, resumable).
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        ray.init(**options)
-    except (ConnectionError, ValueError, RuntimeError, TimeoutError) as exc:
-        raise UsageError(f"Could not connect to the Ray cluster at {address or 'a new local instance'}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}.",
-                         "Check --address (MEDPANEL_RAY_ADDRESS) against `ray status` on the head node; a cluster with token "
-                         "authentication also needs RAY_AUTH_MODE=token and its token here (RAY_AUTH_TOKEN or ~/.ray/auth_token).") from None
-    finally:
-        if threading.current_thread() is threading.main_thread():
-            for sig, handler in handlers.items():
-                if handler is not None:
-                    signal.signal(sig, handler)
-    return True
 
 
 @dataclass(frozen=True)
@@ -156,15 +102,13 @@ class RayExecutor:
         if panel_given:
             raise UsageError("--executor ray rebuilds the panel on every worker from the run's model specs; a prebuilt panel cannot be sent.",
                              "Name the models in the run's config (--models, roles) instead of passing a panel.")
-        self.owned = connect(self.address, self.num_cpus) or self.owned
+        self.owned = connect(self.address, BENCH_CLIENT_REFUSAL, self.num_cpus) or self.owned
 
     async def open(self, plan):
         ray = self.ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        if ray.cluster_resources().get("CPU", 0) < 1:  # a task needs one CPU: with none, every item would wait forever
-            raise UsageError("The Ray cluster has no CPU for a worker (its nodes were started with --num-cpus=0, or none joined).",
-                             "Add a node with `ray start --address HEAD:PORT`, or start the head with CPUs.")
+        require_cpu(ray)
         runtime: Runtime = plan.runtime
         budget = runtime.budget
         here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
@@ -186,9 +130,7 @@ class RayExecutor:
 
     async def run_item(self, case: Case, repeat: int) -> dict:
         ray = self.ray
-        lost = (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError, ray.exceptions.LocalRayletDiedError,
-                ray.exceptions.OutOfMemoryError, ray.exceptions.ObjectLostError, ray.exceptions.OwnerDiedError,
-                ray.exceptions.ObjectFetchTimedOutError, ray.exceptions.ObjectReconstructionFailedError)
+        lost = lost_worker_errors(ray)
         started = time.time()
         why = ""
         for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -208,9 +150,9 @@ class RayExecutor:
                 continue
             except ray.exceptions.RayTaskError as exc:  # the task itself broke outside the item (medpanel not importable there)
                 await self._abandon(attempt_id)
-                return _failed(started, f"The Ray task failed outside the item: {_first_line(exc)}", "worker_error")
+                return _failed(started, f"The Ray task failed outside the item: {first_line(exc)}", "worker_error")
             except ray.exceptions.RayError as exc:  # the cluster cannot run tasks at all: the run stops, finished items kept
-                raise MedpanelError(f"The Ray cluster could not run item {case.id}: {_first_line(exc)}",
+                raise MedpanelError(f"The Ray cluster could not run item {case.id}: {first_line(exc)}",
                                     "Check the cluster with `ray status`, then finish the run with `medpanel bench --resume RUN --executor ray`.") from None
             await self._sync_spend()
             return self._unpack(answer)
@@ -253,15 +195,7 @@ class RayExecutor:
         self.ledger = None
 
     def shutdown(self) -> None:
-        if self.owned and self.ray.is_initialized():
-            self.ray.shutdown()
-        self.owned = False
-
-
-def _first_line(exc: BaseException) -> str:
-    cause = getattr(exc, "cause", None) or exc
-    text = str(cause).strip().splitlines()
-    return f"{type(cause).__name__}: {text[-1] if text else ''}"
+        self.owned = disconnect(self.ray, self.owned)
 
 
 def _failed(started: float, error: str, kind: str) -> dict:

@@ -61,12 +61,12 @@ class RunLedger:
 
     @_answer
     async def put_call(self, key: str, record: dict, scope: tuple | None) -> None:
-        self.store.put_call(key, record, scope)
+        await self.store.put_call_async(key, record, scope)  # committed in a group with other workers' calls
 
     @_answer
     async def log_call(self, key: str, model: str, cached: bool, scope: tuple | None, error: str | None, usage: tuple,
                        served_model: str | None, truncated: bool | None) -> None:
-        self.store.log_call(key, model, cached, scope, error=error, usage=usage, served_model=served_model, truncated=truncated)
+        await self.store.log_call_async(key, model, cached, scope, error=error, usage=usage, served_model=served_model, truncated=truncated)
         if cached:
             self.budget.cached_calls += 1
 
@@ -152,6 +152,24 @@ class ForwardingCache:
     def log_call(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
                  usage: tuple[int, int, float] = (0, 0, 0.0), served_model: str | None = None, truncated: bool | None = None) -> None:
         self._ask("log_call", key, model, cached, scope, error, tuple(usage), served_model, truncated)
+
+    async def _ask_async(self, method: str, *args: Any) -> Any:
+        import ray
+
+        try:
+            ref = getattr(self.ledger, method).remote(*args)
+            answer = await asyncio.wait_for(asyncio.wrap_future(ref.future()), LEDGER_TIMEOUT_S)
+        except (ray.exceptions.RayError, asyncio.TimeoutError) as exc:
+            raise ledger_gone(exc) from None
+        return raise_answer(answer)
+
+    async def put_call_async(self, key: str, record: dict[str, Any], scope: tuple[str, str, int] | None = None) -> None:
+        await self._ask_async("put_call", key, record, scope)
+
+    async def log_call_async(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
+                             usage: tuple[int, int, float] = (0, 0, 0.0), served_model: str | None = None,
+                             truncated: bool | None = None) -> None:
+        await self._ask_async("log_call", key, model, cached, scope, error, tuple(usage), served_model, truncated)
 
     def server_capability(self, base_url: str, model: str, name: str) -> Any:
         return self._ask("server_capability", base_url, model, name)

@@ -16,7 +16,10 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+import pydantic_core
+
 from medpanel.errors import UsageError
+from medpanel.runs.call_writer import CallWriter
 from medpanel.runs.migrations import MIGRATIONS
 from medpanel.runs.store_errors import StoreError, is_store_problem, store_error  # noqa: F401 (StoreError: re-exported)
 
@@ -66,6 +69,10 @@ class Store:
             raise StoreError(f"The folder {self.path.parent} of the store {self.path.name} does not exist.",
                              f"Fix the path in --store or MEDPANEL_STORE, or create the folder: mkdir -p {self.path.parent}")
         self._lock = threading.RLock()
+        self._read_lock = threading.Lock()
+        self._closed = False
+        self._reader: sqlite3.Connection | None = None  # for cache lookups (get_call), opened on the first
+        self._writer = CallWriter(self._write, self.path.name)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -162,39 +169,76 @@ class Store:
                 raise store_error(exc, self.path) from None
 
     def close(self) -> None:
+        self._closed = True
+        self._writer.close()  # the calls still queued are committed first
+        with self._read_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
         with self._lock:
             self._db.close()
 
     # ------------------------------------------------------------------ model-call cache and log
 
     def get_call(self, key: str) -> dict[str, Any] | None:
-        rows = self._query("SELECT record FROM calls WHERE key = ?", (key,))
-        return json.loads(rows[0]["record"]) if rows else None
+        # On a connection of its own: a cache lookup never waits for a group of calls being committed.
+        with self._read_lock:
+            if self._closed:
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            try:
+                if self._reader is None:
+                    self._reader = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+                row = self._reader.execute("SELECT record FROM calls WHERE key = ?", (key,)).fetchone()
+            except sqlite3.DatabaseError as exc:
+                if not is_store_problem(exc):
+                    raise
+                raise store_error(exc, self.path) from None
+        return json.loads(row[0]) if row else None
 
     def put_call(self, key: str, record: dict[str, Any], scope: tuple[str, str, int] | None = None) -> None:
         """Cache a finished call and log it against its item, in one transaction."""
-        run_id, item_id, repeat = scope or (None, None, None)
-        now = time.time()
-        model = record.get("model", "")
-        usage = record.get("usage") or {}
-        truncated = record.get("truncated")
-        self._write([
-            ("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)", (key, model, json.dumps(record), now)),
-            ("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd, "
-             "served_model, truncated) VALUES (?, ?, 0, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)",
-             (key, model, run_id, item_id, repeat, now, int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)),
-              float(record.get("cost_usd", 0.0)), record.get("served_model"), None if truncated is None else int(truncated))),
-        ])
+        self._write(self._put_rows(key, record, scope))
+
+    async def put_call_async(self, key: str, record: dict[str, Any], scope: tuple[str, str, int] | None = None) -> None:
+        """put_call, committed in a group with other calls (runs/call_writer.py); returns once committed."""
+        await self._writer.submit(self._put_rows(key, record, scope))
 
     def log_call(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
                  usage: tuple[int, int, float] = (0, 0, 0.0), served_model: str | None = None, truncated: bool | None = None) -> None:
         """Log a call: served from the cache, failed, or made without caching (usage = tokens in, out, dollars;
         served_model and truncated as the reply said, None where there was no reply)."""
+        self._write([self._log_row(key, model, cached, scope, error, usage, served_model, truncated)])
+
+    async def log_call_async(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
+                             usage: tuple[int, int, float] = (0, 0, 0.0), served_model: str | None = None,
+                             truncated: bool | None = None) -> None:
+        """log_call, committed in a group with other calls; returns once committed."""
+        await self._writer.submit([self._log_row(key, model, cached, scope, error, usage, served_model, truncated)])
+
+    @staticmethod
+    def _put_rows(key: str, record: dict[str, Any], scope: tuple[str, str, int] | None) -> list[tuple[str, tuple]]:
         run_id, item_id, repeat = scope or (None, None, None)
-        self._write([("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd, "
-                      "served_model, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                      (key, model, int(cached), run_id, item_id, repeat, time.time(), error, *usage, served_model,
-                       None if truncated is None else int(truncated)))])
+        now = time.time()
+        model = record.get("model", "")
+        usage = record.get("usage") or {}
+        truncated = record.get("truncated")
+        return [
+            # pydantic_core's encoder: json.dumps's output (NaN included) in compact form, several times faster.
+            ("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)", (key, model, pydantic_core.to_json(record, inf_nan_mode="constants").decode(), now)),
+            ("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd, "
+             "served_model, truncated) VALUES (?, ?, 0, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)",
+             (key, model, run_id, item_id, repeat, now, int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)),
+              float(record.get("cost_usd", 0.0)), record.get("served_model"), None if truncated is None else int(truncated))),
+        ]
+
+    @staticmethod
+    def _log_row(key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None,
+                 usage: tuple[int, int, float], served_model: str | None, truncated: bool | None) -> tuple[str, tuple]:
+        run_id, item_id, repeat = scope or (None, None, None)
+        return ("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd, "
+                "served_model, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, model, int(cached), run_id, item_id, repeat, time.time(), error, *usage, served_model,
+                 None if truncated is None else int(truncated)))
 
     # ------------------------------------------------------------------ what servers accept
 

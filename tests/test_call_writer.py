@@ -1,0 +1,114 @@
+"""Group commit of the call log (runs/call_writer.py): a call's answer is used only once its rows are in the
+file, many calls share one transaction, one bad call fails alone, and nothing queued is lost at close or
+when its caller is cancelled. Real SQLite files; real HTTP to the mock server for the end-to-end test."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+
+import pytest
+
+from medpanel.models import build_model
+from medpanel.models.runtime import Runtime, call_scope
+from medpanel.runs.call_writer import CallWriter
+from medpanel.runs.store import Store
+from medpanel.testing import MockConfig, MockServer
+
+
+async def test_each_answer_is_in_the_file_before_it_is_used_and_calls_share_commits(tmp_path):
+    store = Store(tmp_path / "s.db")
+    other = sqlite3.connect(tmp_path / "s.db")  # another connection sees only what was committed
+    with MockServer(MockConfig(reply="choice", latency_s=0.05)) as server:
+        model = build_model(f"openai:mock@{server.base_url}", Runtime(cache=store))
+        missing: list[int] = []
+
+        async def one(i: int) -> None:
+            call_scope.set(("run", f"item{i}", 0))
+            await model.complete(f"Question {i}?\nA. yes\nB. no", max_tokens=8)
+            if not other.execute("SELECT 1 FROM call_log WHERE item_id = ?", (f"item{i}",)).fetchone():
+                missing.append(i)
+
+        await asyncio.gather(*(one(i) for i in range(300)))
+    assert missing == []
+    assert other.execute("SELECT COUNT(*) FROM call_log").fetchone()[0] == 300
+    assert other.execute("SELECT COUNT(*) FROM calls").fetchone()[0] == 300
+    assert store._writer.commits < 300  # answers that came back together were committed together
+    # A rerun is served from the cache, and those calls are logged through the same writer.
+    async def again(i: int) -> bool:
+        call_scope.set(("run2", f"item{i}", 0))
+        return (await model.complete(f"Question {i}?\nA. yes\nB. no", max_tokens=8)).cached
+
+    assert all(await asyncio.gather(*(again(i) for i in range(300))))
+    assert other.execute("SELECT COUNT(*) FROM call_log WHERE run_id = 'run2' AND cached = 1").fetchone()[0] == 300
+    store.close()
+
+
+class Recorder:
+    """A commit function standing in for the store's: records each group, fails on a poisoned statement."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.groups: list[list] = []
+        self.gate = gate
+
+    def __call__(self, statements) -> None:
+        if self.gate is not None:
+            self.gate.wait(10)
+        statements = list(statements)
+        if any(sql == "poison" for sql, _ in statements):
+            raise sqlite3.IntegrityError("a bad row")
+        self.groups.append(statements)
+
+
+async def test_one_bad_call_fails_alone_and_the_rest_of_its_group_is_committed():
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    writer = CallWriter(recorder, "t")
+    futures = [writer.submit([("poison" if i == 3 else "ok", (i,))]) for i in range(8)]
+    gate.set()
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    assert isinstance(outcomes[3], sqlite3.IntegrityError)
+    assert [o for i, o in enumerate(outcomes) if i != 3] == [None] * 7
+    committed = sorted(args[0] for group in recorder.groups for _, args in group)
+    assert committed == [0, 1, 2, 4, 5, 6, 7]
+    writer.close()
+
+
+async def test_a_cancelled_caller_s_rows_are_still_written_and_close_flushes_the_queue():
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    writer = CallWriter(recorder, "t")
+    waiting = asyncio.ensure_future(writer.submit([("ok", ("cancelled",))]))
+    queued = [writer.submit([("ok", (i,))]) for i in range(5)]
+    await asyncio.sleep(0.05)
+    waiting.cancel()  # its caller gave up (Ctrl-C): the call was answered all the same
+    gate.set()
+    await asyncio.to_thread(writer.close)  # from another thread, as Store.close may be
+    committed = [args[0] for group in recorder.groups for _, args in group]
+    assert sorted(map(str, committed)) == sorted(["cancelled", "0", "1", "2", "3", "4"])
+    assert all(f.done() for f in queued)
+    with pytest.raises(RuntimeError):
+        writer.submit([("ok", ("late",))])
+
+
+async def test_a_closed_store_refuses_cache_lookups_as_before(tmp_path):
+    store = Store(tmp_path / "s.db")
+    assert store.get_call("nothing") is None
+    store.close()
+    with pytest.raises(sqlite3.ProgrammingError):
+        store.get_call("nothing")
+
+
+async def test_an_idle_writer_holds_no_thread_and_starts_one_again_for_the_next_call():
+    recorder = Recorder()
+    writer = CallWriter(recorder, "t")
+    await writer.submit([("ok", (1,))])
+    for _ in range(100):  # it ends after IDLE_S without work
+        if writer._thread is None:
+            break
+        await asyncio.sleep(0.05)
+    assert writer._thread is None
+    await asyncio.wait_for(writer.submit([("ok", (2,))]), 5)
+    assert [args[0] for group in recorder.groups for _, args in group] == [1, 2]
+    writer.close()
