@@ -8,7 +8,8 @@ efficiency = ideal / measured. Each repeat runs twice on new items:
 - warm: the gate as the cold run left it (a second run in one process, or a long run past its start):
   what the orchestration itself costs.
 Then the warm run again on the same store: every call should come from the cache (goal: 0 requests reach
-the server). Client CPU per call is the process's CPU time (every thread) over the calls made.
+the server). Client CPU per call is the process's CPU time (every thread) over the calls made; the mock
+server's CPU per call is read the same way from its process, since the two share this machine's cores.
 
     .venv/bin/python bench/bench_orchestration.py [--latency 0.5] [--stages 3] [--width 3] [--repeats 3]
 """
@@ -62,17 +63,19 @@ def main() -> None:
             n = c * args.batches
             ideal = math.ceil(n / c) * args.stages * args.latency
             calls = n * args.stages * args.width
-            cold, warm, cpu_ms, cache_walls, cache_requests = [], [], [], [], []
+            cold, warm, cpu_ms, server_ms, cache_walls, cache_requests = [], [], [], [], [], []
             for rep in range(args.repeats):
                 reset_gates()
                 reset_pools()
                 for phase, walls in (("cold", cold), ("warm", warm)):
                     store = Store(Path(tmp) / f"c{c}-r{rep}-{phase}.db")
                     cases = [Case(id=f"i{i}", question=f"item {i} rep {rep} {phase}") for i in range(n)]
-                    cpu = time.process_time()
+                    cpu, server_cpu = time.process_time(), mock.cpu_s()
                     walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "first")))
                     if phase == "warm":
                         cpu_ms.append((time.process_time() - cpu) / calls * 1000)
+                        if server_cpu is not None:
+                            server_ms.append((mock.cpu_s() - server_cpu) / calls * 1000)
                         before = mock.stats()["requests"]
                         cache_walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "rerun")))
                         cache_requests.append(mock.stats()["requests"] - before)
@@ -85,9 +88,11 @@ def main() -> None:
                          "warm_efficiency": round(ideal / warm_median, 3),
                          "client_cpu_ms_per_call": round(statistics.median(cpu_ms), 3),
                          "client_calls_per_s_per_core": round(1000 / statistics.median(cpu_ms)),
+                         "server_cpu_ms_per_call": round(statistics.median(server_ms), 3) if server_ms else None,
                          "cached_rerun_median_s": round(statistics.median(cache_walls), 3), "cached_rerun_requests": cache_requests})
             print(f"C={c:>3} N={n:>4} ideal {ideal:6.2f}s  cold {cold_median:6.2f}s (efficiency {ideal / cold_median:5.3f})  "
                   f"warm {warm_median:6.2f}s (efficiency {ideal / warm_median:5.3f})  client {statistics.median(cpu_ms):.3f} ms CPU/call  "
+                  f"mock server {statistics.median(server_ms) if server_ms else float('nan'):.3f} ms CPU/call  "
                   f"cached rerun {statistics.median(cache_walls):5.2f}s with {max(cache_requests)} server requests", flush=True)
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)

@@ -15,11 +15,12 @@ from medpanel.runs.store import Store
 ROOT = Path(__file__).resolve().parents[1]
 
 # With the suite on several workers (pytest -n auto), each worker's models get their share of the cores:
-# llama.cpp's and torch's threads spin-wait, and two models with a thread per core each crawl.
-if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit() and int(os.environ["PYTEST_XDIST_WORKER_COUNT"]) > 1:
-    _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
-    os.environ.setdefault("MEDPANEL_LOCAL_THREADS", _share)
-    os.environ.setdefault("OMP_NUM_THREADS", _share)
+# llama.cpp's and torch's threads spin-wait, and two models with a thread per core each crawl. Set on one
+# worker too, so the Ray workers a test starts share the test process's OpenMP threads (ray_stages.thread_env).
+_workers = int(os.environ["PYTEST_XDIST_WORKER_COUNT"]) if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit() else 1
+_share = str(max(1, (os.cpu_count() or 1) // max(1, _workers)))
+os.environ.setdefault("MEDPANEL_LOCAL_THREADS", _share)
+os.environ.setdefault("OMP_NUM_THREADS", _share)
 MEDPANEL = str(Path(sys.executable).with_name("medpanel"))
 
 
@@ -32,6 +33,15 @@ def fresh_endpoints():
     reset_pools()
     yield
     reset_pools()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray cluster of 4 CPUs for one test file (the Ray executor's and Ray curation's tests); its GCS address."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=4, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
 
 
 @pytest.fixture

@@ -47,12 +47,6 @@ SCRIPT = [[("moderator", "Our first patient is a 62 year old woman with a new lu
            ("oncologist", "I would recommend surgery first and then adjuvant therapy.", None)]]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    ray.init(num_cpus=4, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
-
 
 @pytest.fixture(scope="module")
 def recordings(tmp_path_factory) -> Path:

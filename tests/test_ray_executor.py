@@ -36,12 +36,6 @@ def mcq(n: int) -> list[Case]:
                  reference=Reference(answer="ABCDE"[i % 5])) for i in range(n)]
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    ray.init(num_cpus=4, object_store_memory=200 * 1024**2, include_dashboard=False, log_to_driver=False, logging_level="WARNING")
-    yield ray.get_runtime_context().gcs_address
-    ray.shutdown()
-
 
 @pytest.fixture(scope="module")
 def mock():

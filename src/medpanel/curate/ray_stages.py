@@ -108,6 +108,14 @@ def live_nodes(nodes: list[dict]) -> list[dict[str, float]]:
     return [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive")]
 
 
+def thread_env() -> dict:
+    """Task options that give workers the driver's OMP_NUM_THREADS, where it has one. Ray sets 1 in a one-CPU
+    task that has none, and Whisper's word timestamps under one OpenMP thread differ from those under
+    several in the second decimal: a stage's file would then depend on where it ran."""
+    threads = os.environ.get("OMP_NUM_THREADS")
+    return {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": threads}}} if threads else {}
+
+
 def task_resources(stage: str, settings: CurateSettings, nodes: list[dict[str, float]], gpus_per_task: float | None = None) -> dict[str, float]:
     """The Ray resources of one task of `stage`: one CPU, and GPUs for a stage whose model uses one. The rule:
     a GPU stage requests `gpus_per_task` when given (0: CPU only), else 1 GPU when a node has one (and a CPU)
@@ -372,7 +380,7 @@ class RayStages:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             tag = f"{os.getpid()}-{time.monotonic_ns()}-{attempt}"
             # Ray's own retries off: only the driver resubmits, so it counts the tries and says so.
-            ref = task.options(name=f"curate:{stage}:{recording.rid}", max_retries=0, **resources).remote(
+            ref = task.options(name=f"curate:{stage}:{recording.rid}", max_retries=0, **resources, **thread_env()).remote(
                 recording.rid, source, str(recording.folder.parent.parent), recording.tools.settings, stage, recording.fingerprint, tag)
             try:
                 answer = await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.stage_timeout_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 import urllib.request
@@ -32,6 +33,15 @@ class MockProcess:
 
     def reset(self) -> dict:
         return self._call("/_reset", {})
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds the server process has used (user + system), read from /proc; None where there is none.
+        Benchmarks report it per call, to tell the client's share of a shared machine from the server's."""
+        try:
+            fields = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
