@@ -112,3 +112,57 @@ async def test_an_idle_writer_holds_no_thread_and_starts_one_again_for_the_next_
     await asyncio.wait_for(writer.submit([("ok", (2,))]), 5)
     assert [args[0] for group in recorder.groups for _, args in group] == [1, 2]
     writer.close()
+
+
+async def test_a_store_problem_fails_the_whole_group_at_once_without_a_retry_per_call():
+    # A locked or full store fails every row alike (a lock only after its own 30 s wait): retrying each call
+    # alone would turn one wait into one per call. A bad row (below) is still told apart.
+    from medpanel.runs.store_errors import StoreError
+
+    attempts: list[int] = []
+    gate = threading.Event()
+
+    def locked(statements) -> None:
+        gate.wait(5)
+        attempts.append(len(list(statements)))
+        raise StoreError("The store s.db stayed locked by another process for 30 s.", "Wait, or use another --store.")
+
+    writer = CallWriter(locked, "s.db")
+    futures = [writer.submit([("INSERT", (i,))]) for i in range(50)]
+    gate.set()
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    assert all(isinstance(o, StoreError) for o in outcomes)
+    assert len(attempts) <= 2, attempts  # one commit per group (the first may leave before the rest queue)
+    writer.close()
+
+
+async def test_a_barrier_returns_only_once_every_earlier_call_is_committed():
+    committed: list[int] = []
+    gate = threading.Event()
+
+    def slow(statements) -> None:
+        gate.wait(5)
+        committed.extend(args[0] for _, args in statements)
+
+    writer = CallWriter(slow, "s.db")
+    queued = [writer.submit([("INSERT", (i,))]) for i in range(20)]
+    barrier = asyncio.ensure_future(writer.barrier())
+    await asyncio.sleep(0.1)
+    assert not barrier.done()  # the rows before it are not committed yet
+    gate.set()
+    await asyncio.wait_for(barrier, 5)
+    assert sorted(committed) == list(range(20))
+    await asyncio.gather(*queued)
+    writer.close()
+
+
+def test_the_store_opens_its_cache_lookups_where_it_was_opened_whatever_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    store = Store("s.db")
+    store.put_call("k", {"model": "m", "text": "hi"})
+    monkeypatch.chdir(tmp_path / "b")  # the lookup connection opens now, on first use
+    assert store.get_call("k")["text"] == "hi"
+    assert not (tmp_path / "b" / "s.db").exists()
+    store.close()

@@ -108,6 +108,16 @@ def live_nodes(nodes: list[dict]) -> list[dict[str, float]]:
     return [dict(n.get("Resources") or {}) for n in nodes if n.get("Alive")]
 
 
+def cancel(ray, ref) -> None:
+    """Cancel a stage's task, if it was submitted; a cluster already gone has nothing left to cancel."""
+    if ref is None:
+        return
+    try:
+        ray.cancel(ref, force=True)
+    except Exception:  # noqa: BLE001  (the run is stopping or retrying either way)
+        pass
+
+
 def thread_env() -> dict:
     """Task options that give workers the driver's OMP_NUM_THREADS, where it has one. Ray sets 1 in a one-CPU
     task that has none, and Whisper's word timestamps under one OpenMP thread differ from those under
@@ -380,15 +390,16 @@ class RayStages:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             tag = f"{os.getpid()}-{time.monotonic_ns()}-{attempt}"
             # Ray's own retries off: only the driver resubmits, so it counts the tries and says so.
-            ref = task.options(name=f"curate:{stage}:{recording.rid}", max_retries=0, **resources, **thread_env()).remote(
-                recording.rid, source, str(recording.folder.parent.parent), recording.tools.settings, stage, recording.fingerprint, tag)
+            ref = None
             try:
+                ref = task.options(name=f"curate:{stage}:{recording.rid}", max_retries=0, **resources, **thread_env()).remote(
+                    recording.rid, source, str(recording.folder.parent.parent), recording.tools.settings, stage, recording.fingerprint, tag)
                 answer = await asyncio.wait_for(asyncio.wrap_future(ref.future()), self.stage_timeout_s)
             except asyncio.CancelledError:
-                ray.cancel(ref, force=True)  # the run stopped: stop the stage (its file is written whole or not at all)
+                cancel(ray, ref)  # the run stopped: stop the stage (its file is written whole or not at all)
                 raise
             except asyncio.TimeoutError:
-                ray.cancel(ref, force=True)  # kills its worker: a stuck stage must not hold the CPU (or GPU) for good
+                cancel(ray, ref)  # kills its worker: a stuck stage must not hold the CPU (or GPU) for good
                 self.stats.workers_lost += 1
                 self.stats.timed_out += 1
                 why = f"it ran past the stage deadline of {self.stage_timeout_s:g} s, {STAGE_TIMEOUT_ENV}"
@@ -402,7 +413,7 @@ class RayStages:
                                      "Install medpanel the same way on every node (the same version, with the ray and curate "
                                      "extras), then run the same command again: finished stages are kept.") from None
                 return {"error": f"The Ray task failed outside the stage: {first_line(exc)}"}
-            except ray.exceptions.RayError as exc:  # the cluster cannot run tasks at all: the run stops, finished stages kept
+            except (ray.exceptions.RayError, ConnectionError) as exc:  # the cluster cannot run tasks: the run stops, finished stages kept
                 raise MedpanelError(f"The Ray cluster could not run {recording.rid}'s {stage} stage: {first_line(exc)}",
                                     "Check the cluster with `ray status`, then run the same command again: finished stages are kept.") from None
             else:

@@ -304,7 +304,8 @@ class EndpointGate:
             listener()
 
     def _succeeded(self, ticket: Ticket, now: float, in_flight: int, output_tokens: int | None, input_tokens: int | None) -> None:
-        loop_lag()  # keeps this loop's probe running while answers come (it stops when idle)
+        # Read once per answer (it also keeps this loop's probe running while answers come; it stops when idle).
+        late = loop_lag() >= max(0.005, CLIENT_LAG * (self.latency_s or 0.0))
         self.admitted.append(now)
         while self.admitted and self.admitted[0] < now - ADMITTED_SPAN_S:
             self.admitted.popleft()
@@ -335,10 +336,12 @@ class EndpointGate:
         self.based_at = now
         if now - self.cpu_at >= 0.5:  # is this process itself the bottleneck? (then latency measures it, not the server)
             cpu = time.process_time()
-            self.client_busy = (cpu - self.cpu_used) / (now - self.cpu_at) >= CLIENT_BUSY or self._loop_late()
+            self.client_busy = (cpu - self.cpu_used) / (now - self.cpu_at) >= CLIENT_BUSY or late
             self.cpu_at, self.cpu_used = now, cpu
-        # The lag is read afresh here: a loop that has just started running late must not wait for the next check.
-        if self.fast > LATENCY_RISE * self.base and not self.client_busy and not self._loop_late():
+        if self.fast > LATENCY_RISE * self.base:
+            # The lag as of this answer: a loop that has just started running late must not wait for the next check.
+            if self.client_busy or late:
+                return  # the client's own backlog may be what rose: no cut, and no growth that would add to it
             # A queue at the server grows its latency with the load: cut to where it would be at the line.
             self._congested(ticket, in_flight, LATENCY_RISE * self.base / self.fast)
             return
@@ -346,9 +349,6 @@ class EndpointGate:
         # back together each see fewer still in flight, which must not stop slow start after the first few).
         if max(in_flight, ticket.load) * 2 >= self.window():
             self.limit = min(float(self.cap or MAX_WINDOW), self.limit + (SLOW_START_GROWTH if self.slow_start else 1.0 / self.limit))
-
-    def _loop_late(self) -> bool:
-        return loop_lag() >= max(0.005, CLIENT_LAG * (self.latency_s or 0.0))
 
     def _congested(self, ticket: Ticket, in_flight: int, ratio: float = DECREASE) -> None:
         if not self.adaptive or ticket.epoch != self.epoch:

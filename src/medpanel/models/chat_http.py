@@ -110,11 +110,10 @@ class ChatTransport:
             raise Unreachable(f"the connection broke before the answer ended: {type(exc).__name__}: {exc}") from None
         except aiohttp.ClientError as exc:
             raise Unreachable(f"{type(exc).__name__}: {exc}") from None
-        text = raw.decode("utf-8", errors="replace")
         try:
-            decoded: Any = pydantic_core.from_json(text)
+            decoded: Any = pydantic_core.from_json(raw)  # from the bytes: no text made on the path of every answer
         except ValueError:
-            decoded = text
+            decoded = raw.decode("utf-8", errors="replace")
         if status >= 400:
             raise StatusError(status, decoded, headers)
         return decoded

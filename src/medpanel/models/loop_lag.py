@@ -16,34 +16,41 @@ import weakref
 TICK_S = 0.05
 IDLE_S = 5.0
 SMOOTHING = 0.2  # each tick's weight: the lag is averaged over about a quarter of a second
+MAX_TICK_LAG_S = 1.0
 
 
 class LagProbe:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
+        # Weakly: the probe is the value of a weak-keyed table whose key is this loop, and a strong reference
+        # would keep every loop ever probed (one per asyncio.run) alive for good.
+        self._loop = weakref.ref(loop)
         self.lag = 0.0
         self.asked = loop.time()
         self.due = 0.0
         self.armed = False
 
-    def read(self) -> float:
-        self.asked = self.loop.time()
+    def read(self, loop: asyncio.AbstractEventLoop) -> float:
+        self.asked = loop.time()
         if not self.armed:
-            self._arm()
+            self._arm(loop)
         return self.lag
 
-    def _arm(self) -> None:
+    def _arm(self, loop: asyncio.AbstractEventLoop) -> None:
         self.armed = True
-        self.due = self.loop.time() + TICK_S
-        self.loop.call_at(self.due, self._tick)
+        self.due = loop.time() + TICK_S
+        loop.call_at(self.due, self._tick)
 
     def _tick(self) -> None:
-        now = self.loop.time()
-        self.lag += SMOOTHING * (max(0.0, now - self.due) - self.lag)
+        loop = self._loop()
+        if loop is None:
+            return
+        now = loop.time()
+        # One tick counts at most MAX_TICK_LAG_S: a loop stopped and run again later was not late meanwhile.
+        self.lag += SMOOTHING * (min(MAX_TICK_LAG_S, max(0.0, now - self.due)) - self.lag)
         if now - self.asked > IDLE_S:
             self.armed, self.lag = False, 0.0  # idle: stop, and start afresh when asked again
             return
-        self._arm()
+        self._arm(loop)
 
 
 _PROBES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LagProbe]" = weakref.WeakKeyDictionary()
@@ -58,4 +65,4 @@ def loop_lag() -> float:
     probe = _PROBES.get(loop)
     if probe is None:
         probe = _PROBES[loop] = LagProbe(loop)
-    return probe.read()
+    return probe.read(loop)

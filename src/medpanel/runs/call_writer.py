@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import sys
 import threading
 import weakref
 from collections import deque
 from typing import Callable, Iterable
+
+from medpanel.runs.store_errors import StoreError
 
 MAX_GROUP = 1024  # calls per transaction: bounds how long one commit holds the store
 JOIN_S = 30.0  # the most close() waits for queued calls to be committed
@@ -62,6 +65,11 @@ class CallWriter:
             self._ready.notify()
         return future
 
+    async def barrier(self) -> None:
+        """Returns once every call submitted before it is committed (or has failed): the queue is first in,
+        first out, so an empty entry behind them is settled after them."""
+        await self.submit([])
+
     def close(self) -> None:
         """Commit what is queued, then stop the thread (bounded by JOIN_S)."""
         with self._ready:
@@ -89,6 +97,10 @@ class CallWriter:
             self._commit([statement for statements, _, _ in group for statement in statements])
             self.commits += 1
             return [(loop, future, None) for _, loop, future in group]
+        except StoreError as exc:
+            # The file, disk or lock is at fault, not a row: every call would fail alike (a lock, after its own
+            # 30 s wait), so the whole group hears this one error at once.
+            return [(loop, future, exc) for _, loop, future in group]
         except BaseException:  # noqa: BLE001  (reported to the callers below)
             pass
         # One call's rows may be what failed (or the disk filled): each alone, so each caller hears its own outcome.
@@ -102,23 +114,30 @@ class CallWriter:
                 outcomes.append((loop, future, exc))
         return outcomes
 
-    @staticmethod
-    def _settle(outcomes: list) -> None:
+    def _settle(self, outcomes: list) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}
         for loop, future, error in outcomes:
             by_loop.setdefault(loop, []).append((future, error))
         for loop, done in by_loop.items():
             try:
-                loop.call_soon_threadsafe(_wake, done)  # one hop per loop and group, not one per call
-            except RuntimeError:
-                pass  # that loop is closed: nobody waits any more, and the rows are committed all the same
+                loop.call_soon_threadsafe(_wake, done, self._name)  # one hop per loop and group, not one per call
+            except RuntimeError:  # that loop is closed: nobody waits any more
+                for _, error in done:
+                    _unheard(error, self._name)
 
 
-def _wake(done: list[tuple[asyncio.Future, BaseException | None]]) -> None:
+def _wake(done: list[tuple[asyncio.Future, BaseException | None]], name: str) -> None:
     for future, error in done:
-        if future.done():
-            continue  # its caller was cancelled; the rows were still written
-        if error is None:
+        if future.done():  # its caller was cancelled: the rows were still written, or the failure is said here
+            _unheard(error, name)
+        elif error is None:
             future.set_result(None)
         else:
             future.set_exception(error)
+
+
+def _unheard(error: BaseException | None, name: str) -> None:
+    """A call's rows that failed with nobody left to tell (its caller cancelled, its loop closed): said on
+    stderr, so a billed call missing from the ledger is never silent."""
+    if error is not None:
+        print(f"medpanel: a model call's record could not be written to the store {name}: {error}", file=sys.stderr)

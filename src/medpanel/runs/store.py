@@ -60,7 +60,8 @@ class Store:
         """Open (and migrate) the store. `create=False`: a missing file is an error, nothing is created (read-only
         commands); `make_folder=False`: a missing folder is an error, not made (a typo in --store). `created` says
         whether this call made a new store file."""
-        self.path = Path(path) if path else default_store_path()
+        # Absolute: the cache-lookup connection opens later, perhaps after the working directory changed.
+        self.path = (Path(path) if path else default_store_path()).absolute()
         self.created = not self.path.exists()
         if self.created and not create:
             raise StoreError(f"There is no store at {self.path}.",
@@ -198,6 +199,11 @@ class Store:
     def put_call(self, key: str, record: dict[str, Any], scope: tuple[str, str, int] | None = None) -> None:
         """Cache a finished call and log it against its item, in one transaction."""
         self._write(self._put_rows(key, record, scope))
+
+    async def calls_committed(self) -> None:
+        """Returns once every call record handed to the writer so far is committed: a failed item's spend is
+        read after the answered calls of its other seats, still queued, are in."""
+        await self._writer.barrier()
 
     async def put_call_async(self, key: str, record: dict[str, Any], scope: tuple[str, str, int] | None = None) -> None:
         """put_call, committed in a group with other calls (runs/call_writer.py); returns once committed."""
