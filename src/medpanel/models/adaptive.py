@@ -304,13 +304,13 @@ class EndpointGate:
             listener()
 
     def _succeeded(self, ticket: Ticket, now: float, in_flight: int, output_tokens: int | None, input_tokens: int | None) -> None:
-        # Read once per answer (it also keeps this loop's probe running while answers come; it stops when idle).
-        late = loop_lag() >= max(0.005, CLIENT_LAG * (self.latency_s or 0.0))
         self.admitted.append(now)
         while self.admitted and self.admitted[0] < now - ADMITTED_SPAN_S:
             self.admitted.popleft()
         if not self.adaptive:
             return
+        # Read once per answer (it also keeps this loop's probe running while answers come; it stops when idle).
+        late = loop_lag() >= max(0.005, CLIENT_LAG * (self.latency_s or 0.0))
         if self.pace is not None:
             top = self.requests.per_s if self.requests is not None else None
             near = self.refused_at is not None and NEAR_LIMIT * self.refused_at <= self.pace.per_s < self.refused_at

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 from typing import Iterator
 
 
@@ -38,7 +39,7 @@ class MockProcess:
         """CPU seconds the server process has used (user + system), read from /proc; None where there is none.
         Benchmarks report it per call, to tell the client's share of a shared machine from the server's."""
         try:
-            fields = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             return None
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
