@@ -1,13 +1,15 @@
-"""The wire of an OpenAI-compatible Chat Completions call: one POST of JSON, one JSON answer, over aiohttp.
+"""The wire of an OpenAI-compatible Chat Completions call: one POST of JSON, one JSON answer.
 
 medpanel used the `openai` SDK for this, but at hundreds of calls in flight the SDK's per-request work
 (validating and transforming every parameter against its typed signatures, building typed responses)
-was most of the client's time (bench/bench_orchestration.py). The request body is already the plain JSON
-the server reads, and we read four fields of the answer, so the call goes straight to the socket; what
-it can fail with is mapped to medpanel's errors in models/openai_compat.py, as before.
+was most of the client's time (bench/bench_orchestration.py), and after it aiohttp's request machinery
+was a third of what was left. The request body is already the plain JSON the server reads, and we read
+four fields of the answer, so the call is bytes on a kept-alive connection (models/http1.py); what it can
+fail with is mapped to medpanel's errors in models/openai_compat.py. An endpoint reached through a proxy
+(HTTPS_PROXY and the like) goes through aiohttp, which speaks to proxies.
 
-One aiohttp session per event loop and base URL (a session belongs to the loop that opened it); no cap
-on connections of its own (the endpoint's gate, models/adaptive.py, decides how many go at once).
+Connections are per event loop and endpoint (a connection belongs to the loop that opened it), with no
+cap of their own: the endpoint's gate (models/adaptive.py) decides how many calls go at once.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from typing import Any
 import aiohttp
 import pydantic_core
 import yarl
+
+from medpanel.models.http1 import Endpoint, Unreachable
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 
@@ -44,14 +48,6 @@ class StatusError(Exception):
             if isinstance(inner, str):
                 return inner
         return body.strip()[:500] if isinstance(body, str) else ""
-
-
-class Unreachable(Exception):
-    """No answer came: the connection was refused, reset or dropped before the body ended."""
-
-    def __init__(self, detail: str, refused: bool = False) -> None:
-        super().__init__(detail)
-        self.refused = refused
 
 
 def environment_proxy(url: str) -> str | None:
@@ -78,7 +74,20 @@ class ChatTransport:
             if os.environ.get(env):
                 self.headers[header] = os.environ[env]
         self._sessions: dict[int, tuple[asyncio.AbstractEventLoop, aiohttp.ClientSession]] = {}
+        self._endpoints: dict[int, tuple[asyncio.AbstractEventLoop, Endpoint]] = {}
         self.proxy = environment_proxy(str(self.url))
+
+    def _endpoint(self) -> Endpoint:
+        loop = asyncio.get_running_loop()
+        held = self._endpoints.get(id(loop))
+        if held is not None and held[0] is loop:
+            return held[1]
+        self._endpoints = {k: v for k, v in self._endpoints.items() if not v[0].is_closed()}  # loops that are gone
+        url = self.url
+        path = url.raw_path_qs or "/"
+        endpoint = Endpoint(url.scheme, url.host or "", url.port or (443 if url.scheme == "https" else 80), path, self.headers)
+        self._endpoints[id(loop)] = (loop, endpoint)
+        return endpoint
 
     def _session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -99,6 +108,9 @@ class ChatTransport:
         """The decoded JSON answer (or its raw text when it is not JSON). Raises StatusError for an HTTP error,
         Unreachable when no whole answer came, and lets asyncio's timeout and cancellation through."""
         data = pydantic_core.to_json(body, inf_nan_mode="constants")  # as json.dumps would, several times faster
+        if self.proxy is None:
+            answer = await self._endpoint().post(data)
+            return _decode(answer.status, answer.headers, answer.body)
         try:
             async with self._session().post(self.url, data=data, proxy=self.proxy) as response:
                 raw = await response.read()
@@ -110,16 +122,24 @@ class ChatTransport:
             raise Unreachable(f"the connection broke before the answer ended: {type(exc).__name__}: {exc}") from None
         except aiohttp.ClientError as exc:
             raise Unreachable(f"{type(exc).__name__}: {exc}") from None
-        try:
-            decoded: Any = pydantic_core.from_json(raw)  # from the bytes: no text made on the path of every answer
-        except ValueError:
-            decoded = raw.decode("utf-8", errors="replace")
-        if status >= 400:
-            raise StatusError(status, decoded, headers)
-        return decoded
+        return _decode(status, headers, raw)
 
     async def close(self) -> None:
         loop = asyncio.get_running_loop()
+        endpoint = self._endpoints.pop(id(loop), None)
+        if endpoint is not None:
+            endpoint[1].close()
         held = self._sessions.pop(id(loop), None)
         if held is not None:
             await held[1].close()
+
+
+def _decode(status: int, headers: Any, raw: bytes) -> Any:
+    """The answer's JSON (its raw text when it is not JSON); StatusError for an HTTP error."""
+    try:
+        decoded: Any = pydantic_core.from_json(raw)  # from the bytes: no text made on the path of every answer
+    except ValueError:
+        decoded = raw.decode("utf-8", errors="replace")
+    if status >= 400:
+        raise StatusError(status, decoded, headers)
+    return decoded

@@ -319,16 +319,16 @@ async def run_benchmark(
     async def run_item(case: Case, repeat: int) -> None:
         try:
             record = await execute(case, repeat)
-            if record["status"] != "done":
-                await store.calls_committed()  # its sibling calls' answers first, so its spend counts them
+            # Committed by the store's writer after every call record queued before it (so its spend counts
+            # them, its sibling seats' answered calls too), while this loop goes on serving other items' calls.
             try:
-                store.write_item(run_id, case.id, repeat, **record)
+                await store.write_item_async(run_id, case.id, repeat, **record)
             except StoreError:
                 raise
             except Exception as exc:  # what the item made cannot be stored (a scorer's odd value): the item's bug
                 error = redact(f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}")
                 record = failed_record(record.get("events", []), error, "bug", record.get("started_at", time.time()))
-                store.write_item(run_id, case.id, repeat, **record)
+                await store.write_item_async(run_id, case.id, repeat, **record)
             if record["status"] == "done":
                 progress.done += 1
             else:

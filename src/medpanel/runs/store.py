@@ -28,6 +28,13 @@ from medpanel.runs.store_errors import StoreError, is_store_problem, store_error
 LEASE_HEARTBEAT_S = 5.0
 LEASE_STALE_S = 60.0
 
+# The two rows of every model call: its cache entry and its line in the spend ledger.
+PUT_CALL_SQL = "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)"
+LOG_CALL_SQL = ("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd, "
+                "served_model, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+MERGED = (PUT_CALL_SQL, LOG_CALL_SQL)
+MERGED_ROWS = 200  # rows per multi-row INSERT (each a few hundred bytes of SQL text per row at most)
+
 
 def _pid_alive(pid: int) -> bool:
     try:
@@ -73,7 +80,7 @@ class Store:
         self._read_lock = threading.Lock()
         self._closed = False
         self._reader: sqlite3.Connection | None = None  # for cache lookups (get_call), opened on the first
-        self._writer = CallWriter(self._write, self.path.name)
+        self._writer = CallWriter(self._write_merged, self.path.name)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -160,6 +167,38 @@ class Store:
 
         self._transaction(body)
 
+    def _write_merged(self, statements: Iterable[tuple[str, tuple]]) -> None:
+        """_write for the writer thread's groups: the call rows of many calls as one multi-row INSERT per table.
+
+        One statement per row let the thread give up and wait to take back the GIL once per row, against an event
+        loop that holds it most of the time; a group of a hundred calls took milliseconds of waiting. Rows keep
+        their order within each table, and every other statement (an item's record, which reads the call log) is
+        run where it stood, after every call row queued before it."""
+        per_row = {sql: sql.count("?") for sql in MERGED}
+        limit = self._db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+
+        def body() -> None:
+            pending: dict[str, list[tuple]] = {}
+
+            def flush() -> None:
+                for sql, rows in pending.items():
+                    head, values = sql.split(" VALUES ", 1)
+                    step = max(1, min(MERGED_ROWS, limit // per_row[sql]))
+                    for at in range(0, len(rows), step):
+                        chunk = rows[at:at + step]
+                        self._db.execute(f"{head} VALUES {', '.join([values] * len(chunk))}", [v for row in chunk for v in row])
+                pending.clear()
+
+            for sql, args in statements:
+                if sql in per_row:
+                    pending.setdefault(sql, []).append(args)
+                else:
+                    flush()
+                    self._db.execute(sql, args)
+            flush()
+
+        self._transaction(body)
+
     def _query(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
         with self._lock:
             try:
@@ -200,11 +239,6 @@ class Store:
         """Cache a finished call and log it against its item, in one transaction."""
         self._write(self._put_rows(key, record, scope))
 
-    async def calls_committed(self) -> None:
-        """Returns once every call record handed to the writer so far is committed: a failed item's spend is
-        read after the answered calls of its other seats, still queued, are in."""
-        await self._writer.barrier()
-
     async def put_call_async(self, key: str, record: dict[str, Any], scope: tuple[str, str, int] | None = None) -> None:
         """put_call, committed in a group with other calls (runs/call_writer.py); returns once committed."""
         await self._writer.submit(self._put_rows(key, record, scope))
@@ -230,20 +264,17 @@ class Store:
         truncated = record.get("truncated")
         return [
             # pydantic_core's encoder: json.dumps's output (NaN included) in compact form, several times faster.
-            ("INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)", (key, model, pydantic_core.to_json(record, inf_nan_mode="constants").decode(), now)),
-            ("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd, "
-             "served_model, truncated) VALUES (?, ?, 0, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?)",
-             (key, model, run_id, item_id, repeat, now, int(usage.get("input_tokens", 0)), int(usage.get("output_tokens", 0)),
-              float(record.get("cost_usd", 0.0)), record.get("served_model"), None if truncated is None else int(truncated))),
+            (PUT_CALL_SQL, (key, model, pydantic_core.to_json(record, inf_nan_mode="constants").decode(), now)),
+            (LOG_CALL_SQL, (key, model, 0, run_id, item_id, repeat, now, None, int(usage.get("input_tokens", 0)),
+                            int(usage.get("output_tokens", 0)), float(record.get("cost_usd", 0.0)), record.get("served_model"),
+                            None if truncated is None else int(truncated))),
         ]
 
     @staticmethod
     def _log_row(key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None,
                  usage: tuple[int, int, float], served_model: str | None, truncated: bool | None) -> tuple[str, tuple]:
         run_id, item_id, repeat = scope or (None, None, None)
-        return ("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd, "
-                "served_model, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (key, model, int(cached), run_id, item_id, repeat, time.time(), error, *usage, served_model,
+        return (LOG_CALL_SQL, (key, model, int(cached), run_id, item_id, repeat, time.time(), error, *usage, served_model,
                  None if truncated is None else int(truncated)))
 
     # ------------------------------------------------------------------ what servers accept
@@ -431,8 +462,19 @@ class Store:
     def finished_items(self, run_id: str) -> set[tuple[str, int]]:
         return {(r["item_id"], r["repeat"]) for r in self._query("SELECT item_id, repeat FROM items WHERE run_id = ? AND status = 'done'", (run_id,))}
 
-    def write_item(
-        self,
+    def write_item(self, run_id: str, item_id: str, repeat: int, **record: Any) -> None:
+        """Record one finished (or failed) item with its transcript and scores, all or nothing (see _item_rows)."""
+        self._write(self._item_rows(run_id, item_id, repeat, **record))
+
+    async def write_item_async(self, run_id: str, item_id: str, repeat: int, **record: Any) -> None:
+        """write_item, committed by the store's writer thread in a group with calls (runs/call_writer.py), so the
+        event loop goes on serving calls meanwhile; returns once the item is in the file. The writer commits in
+        order, so every call record handed to it before (this item's, and its siblings' that had answered) is
+        counted in the item's spend."""
+        await self._writer.submit(self._item_rows(run_id, item_id, repeat, **record))
+
+    @staticmethod
+    def _item_rows(
         run_id: str,
         item_id: str,
         repeat: int,
@@ -445,29 +487,32 @@ class Store:
         error_kind: str | None = None,
         started_at: float,
         totals: dict[str, float] | None = None,
-    ) -> None:
-        """Record one finished (or failed) item with its transcript and scores, all or nothing.
-
-        Its tokens and dollars come from the call log (every call it made, failed or re-asked ones too);
-        `totals` is used only for an item whose calls were not logged here.
-        """
-        counts = self.call_counts(run_id, item_id, repeat)
-        logged = self.item_spend(run_id, item_id, repeat)
-        totals = logged if counts["calls"] or not totals else totals
+    ) -> list[tuple[str, tuple]]:
+        """The statements that record an item. Its tokens, dollars and call counts are read from the call log
+        inside the same transaction (every call it made, failed or re-asked ones too), so they count every call
+        committed before it; `totals` is used only for an item none of whose calls was made (not cached) here."""
         key = (run_id, item_id, repeat)
+        given = totals or {}
         statements: list[tuple[str, tuple]] = [
             ("DELETE FROM events WHERE run_id = ? AND item_id = ? AND repeat = ?", key),
             ("DELETE FROM scores WHERE run_id = ? AND item_id = ? AND repeat = ?", key),
             (
-                "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO items SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "CASE WHEN s.made > 0 OR ? THEN s.i ELSE ? END, CASE WHEN s.made > 0 OR ? THEN s.o ELSE ? END, "
+                "CASE WHEN s.made > 0 OR ? THEN s.c ELSE ? END, s.made, s.cached FROM ("
+                "SELECT COALESCE(SUM(cached = 0), 0) AS made, COALESCE(SUM(cached <> 0), 0) AS cached, "
+                "CAST(COALESCE(SUM(CASE WHEN cached = 0 THEN input_tokens END), 0) AS INTEGER) AS i, "
+                "CAST(COALESCE(SUM(CASE WHEN cached = 0 THEN output_tokens END), 0) AS INTEGER) AS o, "
+                "CAST(COALESCE(SUM(CASE WHEN cached = 0 THEN cost_usd END), 0) AS REAL) AS c "
+                "FROM call_log WHERE run_id = ? AND item_id = ? AND repeat = ?) AS s",
                 (*key, status, json.dumps(outcome) if outcome is not None else None, error, error_kind, started_at, time.time(),
-                 int(totals.get("input_tokens", 0)), int(totals.get("output_tokens", 0)), float(totals.get("cost_usd", 0.0)),
-                 counts["calls"], counts["cached_calls"]),
+                 not totals, int(given.get("input_tokens", 0)), not totals, int(given.get("output_tokens", 0)),
+                 not totals, float(given.get("cost_usd", 0.0)), *key),
             ),
         ]
         statements += [("INSERT INTO events VALUES (?, ?, ?, ?, ?)", (*key, seq, json.dumps(ev))) for seq, ev in enumerate(events)]
         statements += [("INSERT INTO scores VALUES (?, ?, ?, ?, ?)", (*key, name, value)) for name, value in scores.items()]
-        self._write(statements)
+        return statements
 
     def add_scores(self, run_id: str, item_id: str, repeat: int, scores: dict[str, float | None]) -> None:
         """Add or replace the named scores of a recorded item, keeping its other scores (e.g. a judge's,
