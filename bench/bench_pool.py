@@ -62,7 +62,7 @@ async def one_run(store: Store, urls: list[str], cases: list[Case], concurrency:
             "lost": len(cases) - len(items), "calls": len(calls), "calls_failed": sum(1 for c in calls if c["error"]),
             "killed_after_calls": killed_at,
             # the pool's own counts: requests sent to each endpoint, and those the endpoint failed (then sent elsewhere)
-            "pool": shared_pool(sorted(u.rstrip("/") for u in urls), None).snapshot()}
+            "pool": shared_pool(sorted(u.rstrip("/") for u in urls), None, model="mock").snapshot()}
 
 
 def main() -> None:

@@ -116,3 +116,48 @@ def test_one_items_repeats_and_scores_are_read_alone(store):
     assert store.items("r", "missing") == []
     assert [(s["name"], s["value"]) for s in store.scores("r", "a", 1)] == [("accuracy", 1.0), ("parsed", 1.0)]
     assert len(store.scores("r")) == 8 and store.scores("r", "a", 5) == []
+
+
+def _spend(store, run_id, item_id):
+    row = [i for i in store.items(run_id) if i["item_id"] == item_id][0]
+    return row["input_tokens"], row["output_tokens"], row["cost_usd"], row["calls"], row["cached_calls"]
+
+
+def test_an_items_spend_is_read_from_the_call_log_where_it_made_calls(store):
+    """What the item's row says it spent: its calls made (not cached) from the log, counted with its cache hits;
+    the record's own totals only where it made no call here (all cached, or none logged)."""
+    store.create_run("r", dataset="d", protocol="p", models=[], settings={})
+    store.put_call("k1", {"model": "m", "usage": {"input_tokens": 10, "output_tokens": 5}, "cost_usd": 0.25}, ("r", "a", 0))
+    store.put_call("k2", {"model": "m", "usage": {"input_tokens": 1, "output_tokens": 2}, "cost_usd": 0.5}, ("r", "a", 0))
+    store.log_call("k1", "m", True, ("r", "a", 0))  # a cache hit: counted, costs nothing
+    store.log_call("k3", "m", False, ("r", "a", 0), error="HTTP 500", usage=(7, 0, 0.125))  # failed, still spent
+    store.log_call("k1", "m", True, ("r", "b", 0))
+    given = {"input_tokens": 99, "output_tokens": 98, "cost_usd": 9.5}
+    for item in ("a", "b", "c"):
+        store.write_item("r", item, 0, status="done", outcome={}, events=[], scores={}, started_at=0.0, totals=given)
+    store.write_item("r", "d", 0, status="done", outcome={}, events=[], scores={}, started_at=0.0)
+    assert _spend(store, "r", "a") == (18, 7, 0.875, 3, 1)
+    assert _spend(store, "r", "b") == (99, 98, 9.5, 0, 1)  # only cached calls: the record's totals
+    assert _spend(store, "r", "c") == (99, 98, 9.5, 0, 0)  # nothing logged
+    assert _spend(store, "r", "d") == (0, 0, 0.0, 0, 0)
+
+
+async def test_the_writer_commits_call_rows_merged_and_in_order_with_the_items_between_them(store):
+    """A group of many calls goes in as multi-row INSERTs, more rows than one statement holds, and an item queued
+    among them counts exactly the calls queued before it."""
+    import asyncio
+
+    store.create_run("r", dataset="d", protocol="p", models=[], settings={})
+    record = {"model": "m", "usage": {"input_tokens": 1, "output_tokens": 1}, "cost_usd": 0.001}
+    waits = [store.put_call_async(f"k{i}", record | {"text": str(i)}, ("r", "a", 0)) for i in range(450)]
+    waits.append(store.write_item_async("r", "a", 0, status="done", outcome={"n": 450}, events=[{"kind": "turn"}] * 3, scores={"s": 1.0},
+                                        started_at=0.0))
+    waits += [store.put_call_async(f"k{i}", record | {"text": f"again {i}"}, ("r", "a", 0)) for i in range(450, 700)]
+    waits += [store.log_call_async("k0", "m", True, ("r", "a", 0)) for _ in range(5)]
+    await asyncio.gather(*waits)
+    assert _spend(store, "r", "a") == (450, 450, pytest.approx(0.45), 450, 0)
+    assert store.call_counts("r") == {"calls": 700, "cached_calls": 5}
+    assert store.get_call("k449")["text"] == "449" and store.get_call("k699")["text"] == "again 699"
+    ids = [row["key"] for row in store.call_log("r")]
+    assert ids == [f"k{i}" for i in range(700)] + ["k0"] * 5  # the ledger in the order the calls were made
+    assert len(store.events("r", "a")) == 3 and store.scores("r")[0]["value"] == 1.0

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import gc
 import os
+import threading
 from typing import Any, Coroutine, TypeVar
 
 from medpanel.errors import UsageError
@@ -47,17 +48,30 @@ def loop_factory():
     return uvloop.new_event_loop
 
 
+_gc_lock = threading.Lock()
+_gc_depth = 0  # runs under way in this process (threads may run several): only the outermost tunes and restores
+
+
 @contextlib.contextmanager
 def run_gc():
     """The collector as a long run of many concurrent calls wants it (see above), restored afterwards."""
-    before = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(YOUNG_THRESHOLD, OLDER_THRESHOLD, OLDER_THRESHOLD)
+    global _gc_depth
+    with _gc_lock:
+        outermost = _gc_depth == 0
+        _gc_depth += 1
+        if outermost:
+            before = gc.get_threshold()
+            gc.collect()  # garbage that exists now is collected, not frozen
+            gc.freeze()
+            gc.set_threshold(YOUNG_THRESHOLD, OLDER_THRESHOLD, OLDER_THRESHOLD)
     try:
         yield
     finally:
-        gc.set_threshold(*before)
-        gc.unfreeze()
+        with _gc_lock:
+            _gc_depth -= 1
+            if outermost:
+                gc.set_threshold(*before)
+                gc.unfreeze()
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:

@@ -85,7 +85,8 @@ class ChatTransport:
         self._endpoints = {k: v for k, v in self._endpoints.items() if not v[0].is_closed()}  # loops that are gone
         url = self.url
         path = url.raw_path_qs or "/"
-        endpoint = Endpoint(url.scheme, url.host or "", url.port or (443 if url.scheme == "https" else 80), path, self.headers)
+        endpoint = Endpoint(url.scheme, url.raw_host or "",  # raw: an international name in its ASCII (IDNA) form
+                             url.port or (443 if url.scheme == "https" else 80), path, self.headers)
         self._endpoints[id(loop)] = (loop, endpoint)
         return endpoint
 

@@ -9,10 +9,10 @@ own transports (TLS included). What is left to this file is the bookkeeping: whi
 when one may be reused, and what a broken one means.
 
 - A connection is reused only when the answer said keep-alive and came whole; an idle one the server closed
-  is dropped when it closes (its `connection_lost`), so it is never picked.
-- A request on a reused connection that breaks before one byte of answer came is sent once more on a new
-  connection: the server closed it idle as we wrote (the race every keep-alive client has), so it never saw
-  the request. Anything else that breaks is `Unreachable` for the caller's retry policy.
+  is dropped when it closes (its `connection_lost`), and one idle for IDLE_S is closed by us first: servers
+  close idle connections after a few seconds (uvicorn, and so vLLM, after 5), and a request written as the
+  server closes is lost. Nothing is sent twice here: a request whose connection broke before its answer
+  ended is `Unreachable`, for the caller's retry policy to count and retry (the server may have read it).
 - Cancellation (the attempt's deadline, Ctrl-C) aborts the connection: half an exchange cannot be reused.
 
 Proxies are not spoken here: models/chat_http.py sends a proxied endpoint's calls through aiohttp.
@@ -21,15 +21,20 @@ Proxies are not spoken here: models/chat_http.py sends a proxied endpoint's call
 from __future__ import annotations
 
 import asyncio
+import errno
+import re
 import ssl
+import time
 import zlib
 from typing import Any
 
 import httptools
 
 from medpanel import __version__
+from medpanel.errors import UsageError
 
 MAX_IDLE = 1024  # connections kept open per endpoint and event loop; the gate bounds how many are in use
+IDLE_S = 4.0  # an idle connection older than this is closed, not reused (servers close theirs after 5 s or more)
 
 
 class Unreachable(Exception):
@@ -46,6 +51,12 @@ class Headers(dict):
     def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
         return super().get(name.lower(), default)
 
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return super().__contains__(name.lower() if isinstance(name, str) else name)
+
 
 class Answer:
     __slots__ = ("status", "headers", "body")
@@ -61,7 +72,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.keep_alive = False
-        self._received = False  # any byte of the answer in flight has come
+        self.idle_since = 0.0
+        self._complete = False  # the answer in flight has come whole
         self._waiter: asyncio.Future | None = None
 
     # -- asyncio's side
@@ -72,7 +84,6 @@ class _Connection(asyncio.Protocol):
         if self._waiter is None or self._waiter.done():
             self.abort()  # bytes nobody asked for: the exchange is out of step, the connection cannot be trusted
             return
-        self._received = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -84,13 +95,18 @@ class _Connection(asyncio.Protocol):
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
-        if self._status is not None and self._length is None and not self._chunked:
-            self._finish(keep_alive=False)  # a body that ends when the connection does (no length given)
+        if exc is None and self._status is not None and self._length is None and not self._chunked:
+            self._finish(keep_alive=False)  # a body that ends when the connection does (no length given): a clean end
             return
         why = f": {exc}" if exc else ""
         self._fail(Unreachable(f"the connection broke before the answer ended{why}", refused=False))
 
     # -- httptools' side
+    def on_message_begin(self) -> None:
+        if self._complete:  # a second answer to one request: out of step, never reused
+            self.keep_alive = False
+            self.abort()
+
     def on_header(self, name: bytes, value: bytes) -> None:
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
@@ -107,18 +123,20 @@ class _Connection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         if self._status is not None and 100 <= self._status < 200:
-            self._restart()  # an interim answer (100 Continue): the real one follows on the same connection
+            self._fresh_answer()  # an interim answer (100 Continue): the real one follows, read by the same parser
             return
         self._finish(keep_alive=self._parser.should_keep_alive())
 
     # -- ours
-    def _restart(self) -> None:
-        self._parser = httptools.HttpResponseParser(self)
+    def _fresh_answer(self) -> None:
         self._headers, self._body = Headers(), []
         self._status = self._length = None
         self._chunked = False
 
     def _finish(self, keep_alive: bool) -> None:
+        if self._complete:
+            return
+        self._complete = True
         self.keep_alive = keep_alive
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(Answer(self._status or 0, self._headers, b"".join(self._body)))
@@ -132,10 +150,13 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    async def exchange(self, data: bytes) -> tuple[Answer, bool]:
-        """Send one request, await its whole answer: (the answer, whether any byte of it came before a failure)."""
-        self._restart()
-        self._received = False
+    async def exchange(self, data: bytes) -> Answer:
+        """Send one request and await its whole answer."""
+        if self.closed or self.transport is None or self.transport.is_closing():
+            raise Unreachable("the connection closed before the request could be sent")
+        self._parser = httptools.HttpResponseParser(self)  # one parser per exchange (interim answers included)
+        self._fresh_answer()
+        self._complete = False
         self.keep_alive = False
         self._waiter = asyncio.get_running_loop().create_future()
         self.transport.write(data)  # type: ignore[union-attr]
@@ -163,10 +184,20 @@ def _decoded(answer: Answer) -> bytes:
     raise Unreachable(f"the server sent its answer in a content coding medpanel cannot read ({coding})")
 
 
+def _all_refused(exc: OSError) -> bool:
+    """asyncio's error when every address of a host failed: 'Multiple exceptions: [Errno N] ..., [Errno M] ...'."""
+    codes = re.findall(r"\[Errno (\d+)\]", str(exc)) if str(exc).startswith("Multiple exceptions") else []
+    return bool(codes) and all(int(code) == errno.ECONNREFUSED for code in codes)
+
+
 class Endpoint:
     """Connections to one origin (scheme, host, port) on one event loop, and the POST they carry."""
 
     def __init__(self, scheme: str, host: str, port: int, path: str, headers: dict[str, str]) -> None:
+        for name, value in headers.items():
+            if "\r" in value or "\n" in value:
+                raise UsageError(f"The HTTP header {name} for {host} holds a line break (an API key read from a file with its newline?).",
+                                 "Remove the line break from the key or variable it comes from.")
         self.host, self.port, self.scheme = host, port, scheme
         self._ssl: ssl.SSLContext | None = ssl.create_default_context() if scheme == "https" else None
         authority = f"[{host}]" if ":" in host else host  # an IPv6 literal keeps its brackets
@@ -186,42 +217,47 @@ class Endpoint:
         except ConnectionRefusedError:
             raise Unreachable("connection refused", refused=True) from None
         except (OSError, ssl.SSLError) as exc:  # no route, no such host, a TLS handshake that failed
+            if _all_refused(exc):  # a name with several addresses (localhost: ::1 and 127.0.0.1), each refused
+                raise Unreachable("connection refused", refused=True) from None
             raise Unreachable(f"cannot connect to {self.host}:{self.port}: {exc}") from None
         return connection
 
     def _reusable(self) -> _Connection | None:
+        now = time.monotonic()
         while self._idle:
             connection = self._idle.pop()  # the most recently used: the least likely to have been closed idle
-            if not connection.closed:
-                return connection
+            if connection.closed:
+                continue
+            if now - connection.idle_since > IDLE_S:
+                self._close_idle(now)  # it and every one idle longer (all below it): the server may be closing them
+                connection.abort()
+                return None
+            return connection
         return None
+
+    def _close_idle(self, now: float) -> None:
+        keep = [c for c in self._idle if not c.closed and now - c.idle_since <= IDLE_S]
+        for connection in self._idle:
+            if connection not in keep:
+                connection.abort()
+        self._idle = keep
 
     async def post(self, body: bytes) -> Answer:
         """One POST of `body`; the answer with its body decoded. Raises Unreachable when no whole answer came."""
         data = self._head + str(len(body)).encode() + b"\r\n\r\n" + body
-        connection = self._reusable()
-        reused = connection is not None
-        for attempt in (0, 1):
-            if connection is None:
-                connection = await self._connect()
-            try:
-                answer = await connection.exchange(data)
-            except Unreachable:
-                connection.abort()
-                if reused and attempt == 0 and not connection._received:
-                    connection, reused = None, False  # closed idle as we sent: the server never read it
-                    continue
-                raise
-            except BaseException:  # cancelled (the attempt's deadline, Ctrl-C) or a bug: half an exchange
-                connection.abort()
-                raise
-            if connection.keep_alive and not connection.closed and not self._closed and len(self._idle) < MAX_IDLE:
-                self._idle.append(connection)
-            else:
-                connection.abort()
-            answer.body = _decoded(answer)
-            return answer
-        raise AssertionError("unreachable")  # the loop returns or raises
+        connection = self._reusable() or await self._connect()
+        try:
+            answer = await connection.exchange(data)
+        except BaseException:  # broken, cancelled (the attempt's deadline, Ctrl-C) or a bug: half an exchange
+            connection.abort()
+            raise
+        if connection.keep_alive and not connection.closed and not self._closed and len(self._idle) < MAX_IDLE:
+            connection.idle_since = time.monotonic()
+            self._idle.append(connection)
+        else:
+            connection.abort()
+        answer.body = _decoded(answer)
+        return answer
 
     def close(self) -> None:
         self._closed = True

@@ -7,6 +7,7 @@ migrations: never edit a migration that has shipped, add a new one.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -33,7 +34,14 @@ PUT_CALL_SQL = "INSERT OR REPLACE INTO calls VALUES (?, ?, ?, ?)"
 LOG_CALL_SQL = ("INSERT INTO call_log (key, model, cached, run_id, item_id, repeat, at, error, input_tokens, output_tokens, cost_usd, "
                 "served_model, truncated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 MERGED = (PUT_CALL_SQL, LOG_CALL_SQL)
-MERGED_ROWS = 200  # rows per multi-row INSERT (each a few hundred bytes of SQL text per row at most)
+MERGED_ROWS = 128  # rows per multi-row INSERT at most
+
+
+@functools.lru_cache(maxsize=64)
+def _multi_row(sql: str, rows: int) -> str:
+    """An INSERT ... VALUES (?, ...) statement for `rows` rows at once."""
+    head, values = sql.split(" VALUES ", 1)
+    return f"{head} VALUES {', '.join([values] * rows)}"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -86,6 +94,9 @@ class Store:
             self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         except (OSError, sqlite3.Error) as exc:
             raise store_error(exc, self.path) from None
+        # Rows per multi-row INSERT: MERGED_ROWS (a power of two), fewer where SQLite takes fewer parameters.
+        variables = self._db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+        self._merge_rows = {sql: 1 << (min(MERGED_ROWS, max(1, variables // sql.count("?"))).bit_length() - 1) for sql in MERGED}
         try:
             self._db.row_factory = sqlite3.Row
             self._set_wal()
@@ -174,23 +185,22 @@ class Store:
         loop that holds it most of the time; a group of a hundred calls took milliseconds of waiting. Rows keep
         their order within each table, and every other statement (an item's record, which reads the call log) is
         run where it stood, after every call row queued before it."""
-        per_row = {sql: sql.count("?") for sql in MERGED}
-        limit = self._db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-
         def body() -> None:
             pending: dict[str, list[tuple]] = {}
 
             def flush() -> None:
                 for sql, rows in pending.items():
-                    head, values = sql.split(" VALUES ", 1)
-                    step = max(1, min(MERGED_ROWS, limit // per_row[sql]))
-                    for at in range(0, len(rows), step):
-                        chunk = rows[at:at + step]
-                        self._db.execute(f"{head} VALUES {', '.join([values] * len(chunk))}", [v for row in chunk for v in row])
+                    at = 0
+                    while at < len(rows):
+                        # Chunks of a power of two rows: a handful of distinct statements, each prepared once and cached.
+                        size = min(self._merge_rows[sql], 1 << ((len(rows) - at).bit_length() - 1))
+                        chunk = rows[at:at + size]
+                        self._db.execute(_multi_row(sql, size), [v for row in chunk for v in row])
+                        at += size
                 pending.clear()
 
             for sql, args in statements:
-                if sql in per_row:
+                if sql in self._merge_rows:
                     pending.setdefault(sql, []).append(args)
                 else:
                     flush()
