@@ -49,28 +49,29 @@ def loop_factory():
 
 
 _gc_lock = threading.Lock()
-_gc_depth = 0  # runs under way in this process (threads may run several): only the outermost tunes and restores
+_gc_depth = 0  # runs under way in this process (threads may run several at once)
+_gc_before: tuple[int, int, int] | None = None  # the thresholds before the first of them began
 
 
 @contextlib.contextmanager
 def run_gc():
-    """The collector as a long run of many concurrent calls wants it (see above), restored afterwards."""
-    global _gc_depth
+    """The collector as a long run of many concurrent calls wants it (see above): tuned when the first run of
+    the process begins, restored when the last one still running ends (whichever of them that is)."""
+    global _gc_depth, _gc_before
     with _gc_lock:
-        outermost = _gc_depth == 0
-        _gc_depth += 1
-        if outermost:
-            before = gc.get_threshold()
+        if _gc_depth == 0:
+            _gc_before = gc.get_threshold()
             gc.collect()  # garbage that exists now is collected, not frozen
             gc.freeze()
             gc.set_threshold(YOUNG_THRESHOLD, OLDER_THRESHOLD, OLDER_THRESHOLD)
+        _gc_depth += 1
     try:
         yield
     finally:
         with _gc_lock:
             _gc_depth -= 1
-            if outermost:
-                gc.set_threshold(*before)
+            if _gc_depth == 0 and _gc_before is not None:
+                gc.set_threshold(*_gc_before)
                 gc.unfreeze()
 
 

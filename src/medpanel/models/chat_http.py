@@ -20,7 +20,7 @@ import os
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import aiohttp
 import pydantic_core
@@ -29,6 +29,7 @@ import yarl
 from medpanel.models.http1 import Endpoint, Unreachable
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+T = TypeVar("T")
 
 
 @dataclass
@@ -78,32 +79,18 @@ class ChatTransport:
         self.proxy = environment_proxy(str(self.url))
 
     def _endpoint(self) -> Endpoint:
-        loop = asyncio.get_running_loop()
-        held = self._endpoints.get(id(loop))
-        if held is not None and held[0] is loop:
-            return held[1]
-        self._endpoints = {k: v for k, v in self._endpoints.items() if not v[0].is_closed()}  # loops that are gone
         url = self.url
-        path = url.raw_path_qs or "/"
-        endpoint = Endpoint(url.scheme, url.raw_host or "",  # raw: an international name in its ASCII (IDNA) form
-                             url.port or (443 if url.scheme == "https" else 80), path, self.headers)
-        self._endpoints[id(loop)] = (loop, endpoint)
-        return endpoint
+        # raw_host: an international name in its ASCII (IDNA) form; yarl gives a scheme's default port itself.
+        return _per_loop(self._endpoints, lambda: Endpoint(url.scheme, url.raw_host or "", url.port or 80, url.raw_path_qs or "/",
+                                                           self.headers))
 
     def _session(self) -> aiohttp.ClientSession:
-        loop = asyncio.get_running_loop()
-        held = self._sessions.get(id(loop))
-        if held is not None and held[0] is loop and not held[1].closed:
-            return held[1]
-        self._sessions = {k: v for k, v in self._sessions.items() if not v[0].is_closed()}  # loops that are gone
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
         # No timeouts of aiohttp's own (its default caps every call at 300 s): the caller's asyncio.timeout is
         # the attempt's whole deadline. No trust_env: it reads the environment and ~/.netrc on every request
         # (60% of the client's time at 768 in flight); the proxy is looked up once, in __init__.
-        session = aiohttp.ClientSession(connector=connector, headers=self.headers, json_serialize=json.dumps,
-                                        timeout=aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None))
-        self._sessions[id(loop)] = (loop, session)
-        return session
+        return _per_loop(self._sessions, lambda: aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300), headers=self.headers, json_serialize=json.dumps,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None)), usable=lambda s: not s.closed)
 
     async def post(self, body: dict) -> Any:
         """The decoded JSON answer (or its raw text when it is not JSON). Raises StatusError for an HTTP error,
@@ -133,6 +120,19 @@ class ChatTransport:
         held = self._sessions.pop(id(loop), None)
         if held is not None:
             await held[1].close()
+
+
+def _per_loop(held: dict, make: Callable[[], T], usable: Callable[[T], bool] = lambda _: True) -> T:
+    """The running loop's entry of `held` (connections belong to the loop that opened them), made when it has none;
+    the entries of loops that have closed are dropped then."""
+    loop = asyncio.get_running_loop()
+    entry = held.get(id(loop))
+    if entry is not None and entry[0] is loop and usable(entry[1]):
+        return entry[1]
+    for key in [k for k, (other, _) in held.items() if other.is_closed()]:
+        del held[key]
+    made = held[id(loop)] = (loop, make())
+    return made[1]
 
 
 def _decode(status: int, headers: Any, raw: bytes) -> Any:

@@ -99,7 +99,7 @@ class _Connection(asyncio.Protocol):
             self._finish(keep_alive=False)  # a body that ends when the connection does (no length given): a clean end
             return
         why = f": {exc}" if exc else ""
-        self._fail(Unreachable(f"the connection broke before the answer ended{why}", refused=False))
+        self._fail(Unreachable(f"the connection broke before the answer ended{why}"))
 
     # -- httptools' side
     def on_message_begin(self) -> None:
@@ -114,8 +114,7 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._status = self._parser.get_status_code()
-        length = self._headers.get("content-length")
-        self._length = length
+        self._length = self._headers.get("content-length")
         self._chunked = "chunked" in self._headers.get("transfer-encoding", "").lower()
 
     def on_body(self, body: bytes) -> None:
@@ -229,18 +228,13 @@ class Endpoint:
             if connection.closed:
                 continue
             if now - connection.idle_since > IDLE_S:
-                self._close_idle(now)  # it and every one idle longer (all below it): the server may be closing them
-                connection.abort()
+                # It and every one below it (returned earlier, so idle longer): the server may be closing them.
+                for stale in (connection, *self._idle):
+                    stale.abort()
+                self._idle.clear()
                 return None
             return connection
         return None
-
-    def _close_idle(self, now: float) -> None:
-        keep = [c for c in self._idle if not c.closed and now - c.idle_since <= IDLE_S]
-        for connection in self._idle:
-            if connection not in keep:
-                connection.abort()
-        self._idle = keep
 
     async def post(self, body: bytes) -> Answer:
         """One POST of `body`; the answer with its body decoded. Raises Unreachable when no whole answer came."""
