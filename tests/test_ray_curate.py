@@ -345,6 +345,18 @@ def test_cli_bad_executor_address_and_gpus_are_exit_2(cluster, recordings, cli_e
         assert not (out / "work" / "a_meeting" / "status.json").exists(), args  # refused before any recording ran
 
 
+def test_cli_ray_only_options_are_refused_when_typed_not_when_only_their_variables_are_set(recordings, cli_env, tmp_path):
+    video, out = str(recordings / "a_meeting.mp4"), str(tmp_path / "o")
+    env = cli_env | {"MEDPANEL_RAY_ADDRESS": "10.0.0.1:6379", "MEDPANEL_CURATE_GPUS_PER_TASK": "1"}
+    # Typed on the command line with the local executor: refused, even when the value equals the variable's.
+    for args in (["--address", "10.0.0.1:6379"], ["--gpus-per-task", "1"]):
+        done = run_cli([video, "--out", out, "--stages", "offline", *args], env)
+        assert done.returncode == 2 and "only --executor ray" in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+    # Left set in the environment only: not the user's doing, so the run goes on to its next check.
+    done = run_cli([video, "--out", out, "--stages", "offline", "--whisper-model", str(tmp_path / "absent")], env)
+    assert done.returncode == 2 and "--whisper-model" in done.stderr and "only --executor ray" not in done.stderr, done.stderr
+
+
 def test_cli_without_ray_names_the_extra(recordings, cli_env, tmp_path):
     hidden = tmp_path / "no_ray"  # a `ray` that fails to import, first on the path: as if it were not installed
     (hidden / "ray").mkdir(parents=True)

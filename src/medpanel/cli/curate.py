@@ -10,7 +10,6 @@ command resumes).
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -23,11 +22,10 @@ STAGE_HELP = ("Stages to run, comma-separated, from: audio, speakers, slides, al
               "write; 'offline' for the four model-free ones, 'all' (default). Finished stages are skipped unless --redo.")
 
 
-def _env_float(name: str) -> float | None:
-    try:
-        return float(os.environ[name])
-    except (KeyError, ValueError):
-        return None
+def _on_command_line(ctx: typer.Context, param: str) -> bool:
+    """Whether the user typed this option (not merely left its environment variable set)."""
+    source = ctx.get_parameter_source(param)
+    return source is not None and source.name == "COMMANDLINE"
 
 
 def parse_stages(text: str) -> list[str]:
@@ -51,6 +49,7 @@ def parse_stages(text: str) -> list[str]:
 @app.command()
 @bind_options(timeout=300.0)
 def curate(
+    ctx: typer.Context,
     source: Annotated[Path, typer.Argument(help="A recording (video or audio), or a folder of recordings.")],
     out_dir: Annotated[Path, typer.Option("--out", "-o", envvar="MEDPANEL_CURATE_OUT", help="Folder for the stage files and the cases (created).")],
     stages: Annotated[str, typer.Option("--stages", envvar="MEDPANEL_CURATE_STAGES", help=STAGE_HELP)] = "all",
@@ -80,9 +79,9 @@ def curate(
     if executor not in ("local", "ray"):
         raise UsageError(f"--executor {executor!r} is not one of: local, ray.", "Use --executor local (the default) or --executor ray.")
     if executor != "ray":
-        if address and address != os.environ.get("MEDPANEL_RAY_ADDRESS"):  # the variable alone may stay set
+        if address and _on_command_line(ctx, "address"):  # the variable alone may stay set
             raise UsageError("--address names a Ray cluster, which only --executor ray uses.", "Add --executor ray, or drop --address.")
-        if gpus_per_task is not None and gpus_per_task != _env_float("MEDPANEL_CURATE_GPUS_PER_TASK"):
+        if gpus_per_task is not None and _on_command_line(ctx, "gpus_per_task"):
             raise UsageError("--gpus-per-task sizes Ray tasks, which only --executor ray runs.", "Add --executor ray, or drop --gpus-per-task.")
     recordings(source)  # bad input is reported before anything loads
     if out_dir.exists() and not out_dir.is_dir():
