@@ -180,3 +180,14 @@ def test_ask_is_stored_as_a_run_that_show_displays(cli_env):
     events = json.loads(medpanel(["show", "last", "--item", "prostate-gg2-right-base", "--json"], cli_env).stdout)
     assert any(e["kind"] == "decision" and e["text"] == "Radiotherapy alone." for e in events)
     assert "specialist" in medpanel(["show", "last"], cli_env).stdout
+
+
+def test_bench_refuses_a_typed_address_for_a_local_run_but_not_its_variable_left_set(cli_env):
+    env = cli_env | {"MEDPANEL_RAY_ADDRESS": "10.0.0.1:6379"}
+    # Typed with the local executor: refused, even when it equals the variable (the check once compared values).
+    typed = medpanel(["bench", "examples/prostate", "-p", "specialist", "-m", ANSWER, "--address", "10.0.0.1:6379"], env)
+    assert typed.returncode == 2 and "only --executor ray uses" in typed.stderr and "Traceback" not in typed.stderr, typed.stderr
+    # The variable alone is not the user's doing for this run: it runs locally.
+    left_set = medpanel(["bench", "examples/prostate", "-p", "specialist", "-m", ANSWER, "--json"], env)
+    assert left_set.returncode == 0, left_set.stderr
+    assert json.loads(left_set.stdout)["status"] == "done", left_set.stdout[-2000:]

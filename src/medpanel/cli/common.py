@@ -170,6 +170,22 @@ def bind_options(**defaults: Any) -> Callable[[Callable[..., Any]], Callable[...
 _JSON_RAW_CONTROLS = re.compile(r"[\x7f-\x9f\ud800-\udfff]")
 
 
+# Options only a Ray run reads: (flag, what it does). Their environment variables may stay set for local runs.
+RAY_ONLY_OPTIONS = {"address": ("--address", "names a Ray cluster"), "gpus_per_task": ("--gpus-per-task", "sizes Ray tasks")}
+
+
+def check_executor(ctx: typer.Context, executor: str) -> None:
+    """--executor is local or ray; a Ray-only option the user typed for a local run is refused, not ignored."""
+    if executor not in ("local", "ray"):
+        raise UsageError(f"--executor {executor!r} is not one of: local, ray.", "Use --executor local (the default) or --executor ray.")
+    if executor == "ray":
+        return
+    for param, (flag, what) in RAY_ONLY_OPTIONS.items():
+        source = ctx.get_parameter_source(param) if param in ctx.params else None
+        if source is not None and source.name == "COMMANDLINE":  # typed, not merely set in the environment
+            raise UsageError(f"{flag} {what}, which only --executor ray uses.", f"Add --executor ray, or drop {flag}.")
+
+
 def print_json(data: Any) -> None:
     """`data` as indented JSON on stdout; a string's DEL and C1 characters are written as \\u escapes, so
     no control character from model text reaches the terminal and the output still parses the same."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 from typing import Annotated, Any, Optional
@@ -13,7 +12,7 @@ from rich import box
 from rich.table import Column, Table
 
 from medpanel import __version__, event_loop
-from medpanel.cli.common import (JsonOpt, RunOptions, StoreOpt, app, bind_options, err, open_store, out, parse_sets, print_json,
+from medpanel.cli.common import (JsonOpt, RunOptions, StoreOpt, app, bind_options, check_executor, err, open_store, out, parse_sets, print_json,
                                  split_models, styled)
 from medpanel.errors import BudgetExceeded, MedpanelError, UsageError
 
@@ -141,6 +140,7 @@ def _progress_printer(json_mode: bool):
 @app.command()
 @bind_options()
 def bench(
+    ctx: typer.Context,
     dataset: Annotated[Optional[str], typer.Argument(help="Dataset name (medqa, medqa5, medqa-hard), healthbench:FILE, a case file or folder, or a JSONL of cases.")] = None,
     protocol: Annotated[str, typer.Option("--protocol", "-p", envvar="MEDPANEL_PROTOCOL", help="Protocol to run (single, board, ...).")] = "single",
     models: Annotated[Optional[list[str]], typer.Option("--models", "-m", envvar="MEDPANEL_MODELS", help="Model specs, comma-separated or repeated.")] = None,
@@ -172,10 +172,7 @@ def bench(
         if ignored:
             raise UsageError(f"--resume finishes a run as it was started; {', '.join(ignored)} cannot change it.",
                              f"Drop {', '.join(ignored)}, or start a new run without --resume.")
-    if executor not in ("local", "ray"):
-        raise UsageError(f"--executor {executor!r} is not one of: local, ray.", "Use --executor local (the default) or --executor ray.")
-    if address and executor != "ray" and address != os.environ.get("MEDPANEL_RAY_ADDRESS"):  # the variable alone may stay set
-        raise UsageError("--address names a Ray cluster, which only --executor ray uses.", "Add --executor ray, or drop --address.")
+    check_executor(ctx, executor)
     item_executor = None
     if executor == "ray":
         from medpanel.runs.ray_executor import RayExecutor

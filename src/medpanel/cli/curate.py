@@ -15,17 +15,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from medpanel.cli.common import JsonOpt, RunOptions, app, bind_options, err, out, print_json, styled
+from medpanel.cli.common import JsonOpt, RunOptions, app, bind_options, check_executor, err, out, print_json, styled
 from medpanel.errors import UsageError
 
 STAGE_HELP = ("Stages to run, comma-separated, from: audio, speakers, slides, align, roles, cases, captions, extract, deleak, "
               "write; 'offline' for the four model-free ones, 'all' (default). Finished stages are skipped unless --redo.")
-
-
-def _on_command_line(ctx: typer.Context, param: str) -> bool:
-    """Whether the user typed this option (not merely left its environment variable set)."""
-    source = ctx.get_parameter_source(param)
-    return source is not None and source.name == "COMMANDLINE"
 
 
 def parse_stages(text: str) -> list[str]:
@@ -76,13 +70,7 @@ def curate(
     from medpanel.models.registry import build_model
 
     chosen = parse_stages(stages)
-    if executor not in ("local", "ray"):
-        raise UsageError(f"--executor {executor!r} is not one of: local, ray.", "Use --executor local (the default) or --executor ray.")
-    if executor != "ray":
-        if address and _on_command_line(ctx, "address"):  # the variable alone may stay set
-            raise UsageError("--address names a Ray cluster, which only --executor ray uses.", "Add --executor ray, or drop --address.")
-        if gpus_per_task is not None and _on_command_line(ctx, "gpus_per_task"):
-            raise UsageError("--gpus-per-task sizes Ray tasks, which only --executor ray runs.", "Add --executor ray, or drop --gpus-per-task.")
+    check_executor(ctx, executor)
     recordings(source)  # bad input is reported before anything loads
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(f"--out {out_dir} is a file.", "Give a folder (it is created if missing).")
