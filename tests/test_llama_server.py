@@ -60,7 +60,8 @@ class Server:
         self.log = log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
-             "--n_ctx", "4096", "--n_threads", str(default_threads()), "--model_alias", ALIAS],
+             "--n_ctx", "4096", "--n_threads", str(default_threads()), "--n_threads_batch", str(default_threads()),
+             "--model_alias", ALIAS],
             stdout=log.open("w"), stderr=subprocess.STDOUT,
         )
 

@@ -182,6 +182,16 @@ async def test_build_model_local_through_the_registry(model):
 
 
 @needs_model
+def test_a_loaded_model_keeps_its_thread_count_for_batches_too(model):
+    # llama-cpp-python gives batch work (the prompt, grammar-forced runs) a thread per core unless told: on a
+    # shared machine those spin-waiting threads slowed a README example to seconds a token, past its deadline.
+    from medpanel.models.local import load_model
+
+    loaded = load_model(model.loaded.llama.model_path, n_ctx=640, threads=1)  # a context of its own: a fresh load
+    assert (loaded.llama.context_params.n_threads, loaded.llama.context_params.n_threads_batch) == (1, 1)
+
+
+@needs_model
 def test_local_spec_rejects_unknown_options():
     with pytest.raises(UsageError, match="Unknown option"):
         build_model("local:smollm2-135m-instruct?ctx=4096")

@@ -193,7 +193,10 @@ def load_model(path: str, n_ctx: int = DEFAULT_N_CTX, threads: int | None = None
             if not os.path.isfile(path):
                 raise UsageError(f"Model file {path} does not exist.", "Give the path of a GGUF file (local?path=/models/model.gguf) or of a Hugging Face model folder (local?path=/runs/sft/final).")
             try:
-                llama = Llama(model_path=path, n_ctx=n_ctx, n_threads=threads or default_threads(), verbose=False)
+                # Prompts and grammar-forced runs are batches: llama-cpp-python gives them a thread per core unless told,
+                # and spin-waiting batch threads on a shared machine slow every decode to seconds a token.
+                count = threads or default_threads()
+                llama = Llama(model_path=path, n_ctx=n_ctx, n_threads=count, n_threads_batch=count, verbose=False)
             except Exception as exc:  # llama.cpp says little more than "failed to load"
                 raise UsageError(f"llama.cpp could not load {path}: {exc}", "Check that it is a GGUF model file this llama-cpp-python supports.") from None
             _LOADED[key] = LoadedModel(llama)
