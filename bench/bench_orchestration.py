@@ -11,7 +11,10 @@ Then the warm run again on the same store: every call should come from the cache
 the server). Client CPU per call is the process's CPU time (every thread) over the calls made; the mock
 server's CPU per call is read the same way from its process, since the two share this machine's cores.
 
-    .venv/bin/python bench/bench_orchestration.py [--latency 0.5] [--stages 3] [--width 3] [--repeats 3]
+    .venv/bin/python bench/bench_orchestration.py [--latency 0.5] [--stages 3] [--width 3] [--repeats 3] [--no-cache]
+
+--no-cache runs without the call cache and spend ledger (items are still stored), to show what that path
+costs the client; the cached rerun is then skipped.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ from medpanel.testing.process import mock_server_process
 from medpanel.testing.workloads import STAGED
 
 
-async def one_run(store: Store, base_url: str, cases: list[Case], width: int, stages: int, concurrency: int, run_id: str) -> float:
-    runtime = Runtime(cache=store, timeout_s=60)
+async def one_run(store: Store, base_url: str, cases: list[Case], width: int, stages: int, concurrency: int, run_id: str,
+                  cache: bool = True) -> float:
+    runtime = Runtime(cache=store if cache else None, timeout_s=60)
     specs = [f"openai:mock-model@{base_url}"] * width
     config = RunConfig(dataset="synthetic", protocol="staged", models=specs, concurrency=concurrency, settings={"stages": stages})
     panel = build_panel(specs, runtime)
@@ -55,6 +59,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--batches", type=int, default=4, help="items per concurrency slot (N = C x batches)")
+    ap.add_argument("--no-cache", action="store_true", help="no call cache or ledger: what that path costs the client")
     args = ap.parse_args()
 
     rows = []
@@ -71,14 +76,15 @@ def main() -> None:
                     store = Store(Path(tmp) / f"c{c}-r{rep}-{phase}.db")
                     cases = [Case(id=f"i{i}", question=f"item {i} rep {rep} {phase}") for i in range(n)]
                     cpu, server_cpu = time.process_time(), mock.cpu_s()
-                    walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "first")))
+                    walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "first", not args.no_cache)))
                     if phase == "warm":
                         cpu_ms.append((time.process_time() - cpu) / calls * 1000)
                         if server_cpu is not None:
                             server_ms.append((mock.cpu_s() - server_cpu) / calls * 1000)
-                        before = mock.stats()["requests"]
-                        cache_walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "rerun")))
-                        cache_requests.append(mock.stats()["requests"] - before)
+                        if not args.no_cache:
+                            before = mock.stats()["requests"]
+                            cache_walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "rerun")))
+                            cache_requests.append(mock.stats()["requests"] - before)
                     store.close()
             cold_median, warm_median = statistics.median(cold), statistics.median(warm)
             rows.append({"concurrency": c, "items": n, "calls_per_run": calls, "ideal_s": ideal,
@@ -89,14 +95,17 @@ def main() -> None:
                          "client_cpu_ms_per_call": round(statistics.median(cpu_ms), 3),
                          "client_calls_per_s_per_core": round(1000 / statistics.median(cpu_ms)),
                          "server_cpu_ms_per_call": round(statistics.median(server_ms), 3) if server_ms else None,
-                         "cached_rerun_median_s": round(statistics.median(cache_walls), 3), "cached_rerun_requests": cache_requests})
+                         "cached_rerun_median_s": round(statistics.median(cache_walls), 3) if cache_walls else None,
+                         "cached_rerun_requests": cache_requests})
+            rerun = f"cached rerun {statistics.median(cache_walls):5.2f}s with {max(cache_requests)} server requests" if cache_walls else "no cache"
+
             print(f"C={c:>3} N={n:>4} ideal {ideal:6.2f}s  cold {cold_median:6.2f}s (efficiency {ideal / cold_median:5.3f})  "
                   f"warm {warm_median:6.2f}s (efficiency {ideal / warm_median:5.3f})  client {statistics.median(cpu_ms):.3f} ms CPU/call  "
                   f"mock server {statistics.median(server_ms) if server_ms else float('nan'):.3f} ms CPU/call  "
-                  f"cached rerun {statistics.median(cache_walls):5.2f}s with {max(cache_requests)} server requests", flush=True)
+                  f"{rerun}", flush=True)
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    (out / "orchestration.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+    (out / ("orchestration-no-cache.json" if args.no_cache else "orchestration.json")).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":
