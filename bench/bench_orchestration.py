@@ -14,7 +14,7 @@ server's CPU per call is read the same way from its process, since the two share
     .venv/bin/python bench/bench_orchestration.py [--latency 0.5] [--stages 3] [--width 3] [--repeats 3] [--no-cache]
 
 --no-cache runs without the call cache and spend ledger (items are still stored), to show what that path
-costs the client; the cached rerun is then skipped.
+costs the client; the cached rerun is then skipped, and the figures go to bench/results/orchestration-no-cache.json.
 """
 
 from __future__ import annotations
@@ -98,7 +98,6 @@ def main() -> None:
                          "cached_rerun_median_s": round(statistics.median(cache_walls), 3) if cache_walls else None,
                          "cached_rerun_requests": cache_requests})
             rerun = f"cached rerun {statistics.median(cache_walls):5.2f}s with {max(cache_requests)} server requests" if cache_walls else "no cache"
-
             print(f"C={c:>3} N={n:>4} ideal {ideal:6.2f}s  cold {cold_median:6.2f}s (efficiency {ideal / cold_median:5.3f})  "
                   f"warm {warm_median:6.2f}s (efficiency {ideal / warm_median:5.3f})  client {statistics.median(cpu_ms):.3f} ms CPU/call  "
                   f"mock server {statistics.median(server_ms) if server_ms else float('nan'):.3f} ms CPU/call  "

@@ -182,13 +182,24 @@ async def test_build_model_local_through_the_registry(model):
 
 
 @needs_model
-def test_a_loaded_model_keeps_its_thread_count_for_batches_too(model):
+def test_a_model_given_its_share_of_the_cores_keeps_to_it_for_batches_too(model):
     # llama-cpp-python gives batch work (the prompt, grammar-forced runs) a thread per core unless told: on a
-    # shared machine those spin-waiting threads slowed a README example to seconds a token, past its deadline.
-    from medpanel.models.local import load_model
+    # shared machine those spin-waiting threads slowed a README example past its deadline.
+    import os
 
-    loaded = load_model(model.loaded.llama.model_path, n_ctx=640, threads=1)  # a context of its own: a fresh load
-    assert (loaded.llama.context_params.n_threads, loaded.llama.context_params.n_threads_batch) == (1, 1)
+    import llama_cpp
+
+    from medpanel.models import local
+
+    key = (os.path.realpath(model.path), 640)  # a context of its own: a fresh load, whatever ran before
+    local._LOADED.pop(key, None)
+    try:
+        ctx = local.load_model(model.path, n_ctx=640, threads=1).llama.ctx
+        assert (llama_cpp.llama_n_threads(ctx), llama_cpp.llama_n_threads_batch(ctx)) == (1, 1)
+    finally:
+        loaded = local._LOADED.pop(key, None)
+        if loaded is not None:
+            loaded.llama.close()
 
 
 @needs_model

@@ -193,23 +193,31 @@ def load_model(path: str, n_ctx: int = DEFAULT_N_CTX, threads: int | None = None
             if not os.path.isfile(path):
                 raise UsageError(f"Model file {path} does not exist.", "Give the path of a GGUF file (local?path=/models/model.gguf) or of a Hugging Face model folder (local?path=/runs/sft/final).")
             try:
-                # Prompts and grammar-forced runs are batches: llama-cpp-python gives them a thread per core unless told,
-                # and spin-waiting batch threads on a shared machine slow every decode to seconds a token.
+                # Prompts and grammar-forced runs are batches, which llama-cpp-python gives a thread per core unless
+                # told. A process told its share of the cores (threads=N, MEDPANEL_LOCAL_THREADS) keeps to it for
+                # batches too: spin-waiting batch threads slow the other processes on those cores
+                # (bench/bench_local_contention.py). A process told nothing keeps a thread per core for prompts.
                 count = threads or default_threads()
-                llama = Llama(model_path=path, n_ctx=n_ctx, n_threads=count, n_threads_batch=count, verbose=False)
+                shared = threads is not None or shared_cores()
+                llama = Llama(model_path=path, n_ctx=n_ctx, n_threads=count, n_threads_batch=count if shared else None, verbose=False)
             except Exception as exc:  # llama.cpp says little more than "failed to load"
                 raise UsageError(f"llama.cpp could not load {path}: {exc}", "Check that it is a GGUF model file this llama-cpp-python supports.") from None
             _LOADED[key] = LoadedModel(llama)
         return _LOADED[key]
 
 
+def shared_cores() -> bool:
+    """MEDPANEL_LOCAL_THREADS is set: this process has a share of the cores, not all of them."""
+    given = os.environ.get("MEDPANEL_LOCAL_THREADS", "").strip()
+    return given.isdigit() and int(given) > 0
+
+
 def default_threads() -> int:
     # A 135M model gains little past a few threads, and more would crowd out the rest of the process.
     # MEDPANEL_LOCAL_THREADS sets it for processes that share the cores (llama.cpp's threads spin-wait, so
     # two models with a thread per core each run several times slower than one after the other).
-    given = os.environ.get("MEDPANEL_LOCAL_THREADS", "").strip()
-    if given.isdigit() and int(given) > 0:
-        return int(given)
+    if shared_cores():
+        return int(os.environ["MEDPANEL_LOCAL_THREADS"].strip())
     return max(1, min(4, os.cpu_count() or 1))
 
 
