@@ -58,10 +58,10 @@ class Server:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.spec = f"openai:{ALIAS}@{self.base_url}"
         self.log = log
+        threads = str(default_threads())  # batches too: llama.cpp would take a thread per core for them
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(self.port),
-             "--n_ctx", "4096", "--n_threads", str(default_threads()), "--n_threads_batch", str(default_threads()),
-             "--model_alias", ALIAS],
+             "--n_ctx", "4096", "--n_threads", threads, "--n_threads_batch", threads, "--model_alias", ALIAS],
             stdout=log.open("w"), stderr=subprocess.STDOUT,
         )
 

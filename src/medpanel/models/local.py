@@ -198,7 +198,7 @@ def load_model(path: str, n_ctx: int = DEFAULT_N_CTX, threads: int | None = None
                 # batches too: spin-waiting batch threads slow the other processes on those cores
                 # (bench/bench_local_contention.py). A process told nothing keeps a thread per core for prompts.
                 count = threads or default_threads()
-                shared = threads is not None or shared_cores()
+                shared = threads is not None or threads_share() is not None
                 llama = Llama(model_path=path, n_ctx=n_ctx, n_threads=count, n_threads_batch=count if shared else None, verbose=False)
             except Exception as exc:  # llama.cpp says little more than "failed to load"
                 raise UsageError(f"llama.cpp could not load {path}: {exc}", "Check that it is a GGUF model file this llama-cpp-python supports.") from None
@@ -206,19 +206,17 @@ def load_model(path: str, n_ctx: int = DEFAULT_N_CTX, threads: int | None = None
         return _LOADED[key]
 
 
-def shared_cores() -> bool:
-    """MEDPANEL_LOCAL_THREADS is set: this process has a share of the cores, not all of them."""
+def threads_share() -> int | None:
+    """The share of the cores MEDPANEL_LOCAL_THREADS gives this process, or None when it is not set."""
     given = os.environ.get("MEDPANEL_LOCAL_THREADS", "").strip()
-    return given.isdigit() and int(given) > 0
+    return int(given) if given.isdigit() and int(given) > 0 else None
 
 
 def default_threads() -> int:
     # A 135M model gains little past a few threads, and more would crowd out the rest of the process.
     # MEDPANEL_LOCAL_THREADS sets it for processes that share the cores (llama.cpp's threads spin-wait, so
     # two models with a thread per core each run several times slower than one after the other).
-    if shared_cores():
-        return int(os.environ["MEDPANEL_LOCAL_THREADS"].strip())
-    return max(1, min(4, os.cpu_count() or 1))
+    return threads_share() or max(1, min(4, os.cpu_count() or 1))
 
 
 def schema_instruction(schema: dict) -> str:
