@@ -48,3 +48,27 @@ async def test_a_board_on_the_embedded_model_holds_its_form(protocol, settings):
     assert checks.ok, checks.details
     assert outcome.answer.startswith("The board recommends")
     assert not any(e.data.get("truncated") for e in outcome.transcript)
+
+
+@needs_model
+def test_the_live_board_at_the_terminal_states_its_plan_once(cli_env):
+    # The stream printed a plan the model was asked again for, the moderator's closing turn and the board's
+    # decision, then the Conclusion line: four copies of one paragraph. Streamed now: the discussion; the plan
+    # once, in the Conclusion line. Every turn is still in the store (`medpanel show`).
+    import json
+    import subprocess
+
+    from conftest import MEDPANEL
+
+    proc = subprocess.run([MEDPANEL, "board", "examples/prostate", "--live", "--max-turns", "4"], env=cli_env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    shown = json.loads(subprocess.run([MEDPANEL, "show", "last", "--item", "prostate-gg2-right-base", "--json"], env=cli_env,
+                                      cwd=ROOT, capture_output=True, text=True, timeout=60).stdout)
+    flat = " ".join(proc.stdout.split())  # rich wraps long lines at the terminal's width
+    plan = [e["text"] for e in shown if e["kind"] == "decision"][-1]
+    assert flat.count(" ".join(plan.split())) == 1, proc.stdout
+    assert flat.count("Conclusion:") == 1
+    for e in shown:  # every specialist's turn was streamed
+        if e["kind"] == "turn" and e["phase"] == "discussion":
+            assert " ".join(e["text"].split()) in flat, (e, proc.stdout)

@@ -32,6 +32,17 @@ def board_roles(seat: list[str] | None, human: list[str] | None, judge: str | No
     return roles
 
 
+
+# Not streamed: a discarded attempt that was asked again, and the plan, which the Conclusion line states once.
+UNSTREAMED_PHASES = ("asked again", "conclusion")
+
+
+def stream_event(e, default_model: str) -> None:
+    """One event of a live board as it happens, its seat's model named when it is not the default one."""
+    if e.phase in UNSTREAMED_PHASES:
+        return
+    out.print(styled((e.speaker, "bold cyan"), f" ({e.model})" if e.model not in ("", default_model) else "", ": ", e.text))
+
 @app.command()
 @bind_options(timeout=300.0)
 def board(
@@ -73,8 +84,8 @@ def board(
             stored["turn_tokens"] = min(max_tokens, 400)
         elif default.small:
             stored["turn_tokens"] = 400  # what this command always gave a small model per turn: its meetings stay as they were
-        if not as_json:  # stream the meeting as it happens; name a seat's model when it is not the default one
-            on_event = lambda e: out.print(styled((e.speaker, "bold cyan"), f" ({e.model})" if e.model not in ("", default.id) else "", ": ", e.text))  # noqa: E731
+        if not as_json:
+            on_event = lambda e: stream_event(e, default.id)  # noqa: E731
     else:
         stored = {"max_tokens": max_tokens} if max_tokens is not None else {}
         on_event = progress_event if as_json else None  # the written meeting is printed whole at the end
