@@ -11,10 +11,13 @@ Then the warm run again on the same store: every call should come from the cache
 the server). Client CPU per call is the process's CPU time (every thread) over the calls made; the mock
 server's CPU per call is read the same way from its process, since the two share this machine's cores.
 
-    .venv/bin/python bench/bench_orchestration.py [--latency 0.5] [--stages 3] [--width 3] [--repeats 3] [--no-cache]
+    .venv/bin/python bench/bench_orchestration.py [--latency 0.5] [--stages 3] [--width 3] [--repeats 3] [--no-cache] [--fixed]
 
 --no-cache runs without the call cache and spend ledger (items are still stored), to show what that path
 costs the client; the cached rerun is then skipped, and the figures go to bench/results/orchestration-no-cache.json.
+--fixed turns the endpoint's gate off (`?adaptive=0`: every call goes at once, as before the gate existed), so
+cold and warm differ only by what a first run in a process costs besides the slow start; the figures go to
+bench/results/orchestration-fixed.json.
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ from medpanel.testing.workloads import STAGED
 
 
 async def one_run(store: Store, base_url: str, cases: list[Case], width: int, stages: int, concurrency: int, run_id: str,
-                  cache: bool = True) -> float:
+                  cache: bool = True, fixed: bool = False) -> float:
     runtime = Runtime(cache=store if cache else None, timeout_s=60)
-    specs = [f"openai:mock-model@{base_url}"] * width
+    specs = [f"openai:mock-model@{base_url}" + ("?adaptive=0" if fixed else "")] * width
     config = RunConfig(dataset="synthetic", protocol="staged", models=specs, concurrency=concurrency, settings={"stages": stages})
     panel = build_panel(specs, runtime)
     started = time.perf_counter()
@@ -60,6 +63,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
     ap.add_argument("--batches", type=int, default=4, help="items per concurrency slot (N = C x batches)")
     ap.add_argument("--no-cache", action="store_true", help="no call cache or ledger: what that path costs the client")
+    ap.add_argument("--fixed", action="store_true", help="the endpoint's gate off (?adaptive=0): no slow start")
     args = ap.parse_args()
 
     rows = []
@@ -76,14 +80,14 @@ def main() -> None:
                     store = Store(Path(tmp) / f"c{c}-r{rep}-{phase}.db")
                     cases = [Case(id=f"i{i}", question=f"item {i} rep {rep} {phase}") for i in range(n)]
                     cpu, server_cpu = time.process_time(), mock.cpu_s()
-                    walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "first", not args.no_cache)))
+                    walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "first", not args.no_cache, args.fixed)))
                     if phase == "warm":
                         cpu_ms.append((time.process_time() - cpu) / calls * 1000)
                         if server_cpu is not None:
                             server_ms.append((mock.cpu_s() - server_cpu) / calls * 1000)
                         if not args.no_cache:
                             before = mock.stats()["requests"]
-                            cache_walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "rerun")))
+                            cache_walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "rerun", True, args.fixed)))
                             cache_requests.append(mock.stats()["requests"] - before)
                     store.close()
             cold_median, warm_median = statistics.median(cold), statistics.median(warm)
@@ -104,7 +108,8 @@ def main() -> None:
                   f"{rerun}", flush=True)
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
-    (out / ("orchestration-no-cache.json" if args.no_cache else "orchestration.json")).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+    name = "orchestration" + ("-no-cache" if args.no_cache else "") + ("-fixed" if args.fixed else "")
+    (out / f"{name}.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -75,6 +75,32 @@ async def test_one_bad_call_fails_alone_and_the_rest_of_its_group_is_committed()
     writer.close()
 
 
+async def test_one_bad_call_in_a_large_group_costs_a_few_transactions_not_one_per_call():
+    gate = threading.Event()
+    recorder = Recorder(gate)
+    attempts: list[int] = []
+
+    def commit(statements) -> None:
+        statements = list(statements)
+        attempts.append(len(statements))
+        recorder(statements)
+
+    writer = CallWriter(commit, "t")
+    gate_future = writer.submit([("ok", ("first",))])  # the thread takes this one alone and waits at the gate
+    await asyncio.sleep(0.05)
+    futures = [writer.submit([("poison" if i == 200 else "ok", (i,))]) for i in range(256)]
+    gate.set()
+    await gate_future
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    assert isinstance(outcomes[200], sqlite3.IntegrityError)
+    assert sum(o is None for o in outcomes) == 255
+    committed = [args[0] for group in recorder.groups for _, args in group][1:]
+    assert committed == [i for i in range(256) if i != 200]  # in the order they came
+    # The group of 256, then two halves per halving down to the bad call: 1 + 2 x 8, not 1 + 256.
+    assert len(attempts) - 1 <= 1 + 2 * 8, attempts
+    writer.close()
+
+
 async def test_a_cancelled_caller_s_rows_are_still_written_and_close_flushes_the_queue():
     gate = threading.Event()
     recorder = Recorder(gate)
@@ -165,4 +191,43 @@ def test_the_store_opens_its_cache_lookups_where_it_was_opened_whatever_the_work
     monkeypatch.chdir(tmp_path / "b")  # the lookup connection opens now, on first use
     assert store.get_call("k")["text"] == "hi"
     assert not (tmp_path / "b" / "s.db").exists()
+    store.close()
+
+
+def test_a_store_open_when_the_process_forks_works_in_the_child_and_the_parent(tmp_path):
+    # The child of a fork() has none of the parent's threads: a writer that kept the parent's thread object
+    # would queue the child's calls for a thread that is not there, and its caller would wait forever.
+    import os
+    import time
+
+    store = Store(tmp_path / "s.db")
+
+    async def put(key: str) -> None:
+        await store.put_call_async(key, {"model": "m", "text": key}, ("run", key, 0))
+
+    asyncio.run(put("parent-before"))  # the parent's writer thread is running when it forks
+    pid = os.fork()
+    if pid == 0:  # the child: exit with 0 only if all of this works
+        code = 1
+        try:
+            asyncio.run(asyncio.wait_for(put("child"), 10))
+            code = 0 if store.get_call("parent-before")["text"] == "parent-before" else 3
+            store.close()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung writing to the store")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0
+    asyncio.run(put("parent-after"))
+    assert store.get_call("child")["text"] == "child"
+    logged = sqlite3.connect(tmp_path / "s.db").execute("SELECT item_id FROM call_log ORDER BY item_id").fetchall()
+    assert [r[0] for r in logged] == ["child", "parent-after", "parent-before"]  # each call logged once
     store.close()

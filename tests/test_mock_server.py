@@ -85,6 +85,14 @@ def test_echo_reply_with_word_count_usage(srv):
     assert srv.stats()["successes"] == 1
 
 
+def test_the_completions_route_answers_only_a_post_and_the_other_routes_still_answer(srv):
+    # The completions route bypasses the router (mock_app.app): any other method or path goes through it.
+    assert call(srv.base_url + "/chat/completions", method="GET")[0] == 405
+    assert call(srv.base_url + "/chat/completions/extra", {"model": "m", "messages": []})[0] == 404
+    assert chat(srv)[0] == 200
+    assert json.loads(call(srv.url + "/_stats")[2])["successes"] == 1
+
+
 def test_models_endpoint_lists_configured_models(srv):
     status, _, raw = call(srv.base_url + "/models")
     assert status == 200

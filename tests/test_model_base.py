@@ -90,6 +90,35 @@ async def test_cache_serves_identical_calls_and_keys_samples(store):
     assert (await fresh.complete("same", max_tokens=10)).text == "new"
 
 
+class DictCache:
+    """A cache of the CallCache protocol's plain methods only (no coroutines), as a user might write one."""
+
+    def __init__(self) -> None:
+        self.records: dict = {}
+        self.log: list = []
+
+    def get_call(self, key):
+        return self.records.get(key)
+
+    def put_call(self, key, record, scope=None):
+        self.records[key] = record
+        self.log.append((key, False))
+
+    def log_call(self, key, model, cached, scope, error=None, usage=(0, 0, 0.0), served_model=None, truncated=None):
+        self.log.append((key, cached))
+
+
+async def test_a_cache_with_only_the_plain_methods_stores_serves_and_logs_every_call():
+    cache = DictCache()
+    model = ScriptedModel(["first", "second"], cacheable=True, runtime=Runtime(cache=cache))
+    a = await model.complete("same", max_tokens=10)
+    b = await model.complete("same", max_tokens=10)
+    assert (a.text, a.cached, b.text, b.cached) == ("first", False, "first", True)
+    uncached = ScriptedModel(["x"], runtime=Runtime(cache=cache))  # not cacheable: logged, never stored
+    await uncached.complete("other")
+    assert [cached for _, cached in cache.log] == [False, True, False] and len(cache.records) == 1
+
+
 async def test_budget_caps_stop_loudly_with_what_was_spent():
     runtime = Runtime(budget=Budget(max_calls=2))
     model = ScriptedModel(["a", "b", "c"], runtime=runtime)

@@ -21,7 +21,7 @@ from medpanel.errors import MedpanelError, ModelCallError, StructuredOutputError
 from medpanel.models.budget import prompt_tokens_estimate
 from medpanel.models.messages import Image, Message, normalise_messages
 from medpanel.models.retry import with_retries
-from medpanel.models.runtime import Runtime, call_scope
+from medpanel.models.runtime import Runtime, cache_log, cache_put, call_scope
 from medpanel.models.structured import Schema, reask_message
 
 __all__ = ["Generation", "Image", "Message", "Model", "Reply", "Request", "Usage", "thinking_name"]
@@ -260,7 +260,7 @@ class Model(ABC):
             if hit is not None:
                 rt.budget.cached_calls += 1
                 truncated = _truncated(hit.get("finish_reason"))
-                await rt.cache.log_call_async(key, self.id, True, call_scope.get(), served_model=hit.get("served_model"), truncated=truncated)
+                await cache_log(rt.cache, key, self.id, True, call_scope.get(), served_model=hit.get("served_model"), truncated=truncated)
                 return Reply(
                     text=hit["text"],
                     usage=Usage(**hit.get("usage", {})),
@@ -298,7 +298,8 @@ class Model(ABC):
         rt.budget.settle(reservation, gen.usage.input_tokens, gen.usage.output_tokens, cost)
         truncated = _truncated(gen.finish_reason)
         if key is not None and self.cacheable:
-            await rt.cache.put_call_async(
+            await cache_put(
+                rt.cache,
                 key,
                 {
                     "model": self.id,
@@ -314,8 +315,8 @@ class Model(ABC):
                 call_scope.get(),
             )
         elif key is not None:  # every call is logged, cacheable or not, so a run can count what it spent
-            await rt.cache.log_call_async(key, self.id, False, call_scope.get(), usage=(gen.usage.input_tokens, gen.usage.output_tokens, cost),
-                              served_model=gen.model, truncated=truncated)
+            await cache_log(rt.cache, key, self.id, False, call_scope.get(), usage=(gen.usage.input_tokens, gen.usage.output_tokens, cost),
+                            served_model=gen.model, truncated=truncated)
         return Reply(
             text=gen.text,
             usage=gen.usage,

@@ -27,13 +27,28 @@ class CallCache(Protocol):
     def log_call(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
                  usage: tuple[int, int, float] = (0, 0, 0.0), served_model: str | None = None, truncated: bool | None = None) -> None: ...
 
-    # The same two, awaited by a model call on its event loop: they return once the rows are committed, and
-    # may commit them in a group with other calls' (the store does: runs/call_writer.py).
-    async def put_call_async(self, key: str, record: dict[str, Any], scope: tuple[str, str, int] | None = None) -> None: ...
+    # A cache may also have the same two as coroutines, `put_call_async` and `log_call_async`, awaited by a
+    # model call on its event loop: they return once the rows are committed, and may commit them in a group
+    # with other calls' (the store does: runs/call_writer.py). A cache without them is called directly
+    # (cache_put, cache_log below).
 
-    async def log_call_async(self, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, error: str | None = None,
-                             usage: tuple[int, int, float] = (0, 0, 0.0), served_model: str | None = None,
-                             truncated: bool | None = None) -> None: ...
+
+async def cache_put(cache: CallCache, key: str, record: dict[str, Any], scope: tuple[str, str, int] | None) -> None:
+    """Store a finished call: through the cache's coroutine where it has one, else its plain method."""
+    put = getattr(cache, "put_call_async", None)
+    if put is None:
+        cache.put_call(key, record, scope)
+    else:
+        await put(key, record, scope)
+
+
+async def cache_log(cache: CallCache, key: str, model: str, cached: bool, scope: tuple[str, str, int] | None, **details: Any) -> None:
+    """Log a call (details: error, usage, served_model, truncated), as cache_put does."""
+    log = getattr(cache, "log_call_async", None)
+    if log is None:
+        cache.log_call(key, model, cached, scope, **details)
+    else:
+        await log(key, model, cached, scope, **details)
 
 
 # The (run, item, repeat) a call belongs to, set by the runner around each item. It attributes calls in

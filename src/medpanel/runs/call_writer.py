@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import os
 import sys
 import threading
 import weakref
@@ -36,6 +37,19 @@ def _flush_at_exit() -> None:
     # calls that were answered (and billed), so they reach the ledger before the interpreter drops the thread.
     for writer in list(_OPEN):
         writer.close()
+
+
+def _after_fork_in_child() -> None:
+    # A child made by fork() has none of the parent's threads, and may have been made while one of them held a
+    # writer's lock: each writer starts afresh there (its thread, on the next call). What was queued is the
+    # parent's, whose own thread commits it; the child committing it too would log those calls twice.
+    for writer in list(_OPEN):
+        writer._ready = threading.Condition()
+        writer._queue.clear()
+        writer._thread = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class CallWriter:
@@ -101,18 +115,14 @@ class CallWriter:
             # The file, disk or lock is at fault, not a row: every call would fail alike (a lock, after its own
             # 30 s wait), so the whole group hears this one error at once.
             return [(loop, future, exc) for _, loop, future in group]
-        except BaseException:  # noqa: BLE001  (reported to the callers below)
-            pass
-        # One call's rows may be what failed (or the disk filled): each alone, so each caller hears its own outcome.
-        outcomes = []
-        for statements, loop, future in group:
-            try:
-                self._commit(statements)
-                self.commits += 1
-                outcomes.append((loop, future, None))
-            except BaseException as exc:  # noqa: BLE001
-                outcomes.append((loop, future, exc))
-        return outcomes
+        except BaseException as exc:  # noqa: BLE001  (reported to the callers)
+            if len(group) == 1:
+                return [(group[0][1], group[0][2], exc)]
+        # One call's rows may be what failed: each half again, so the good calls are committed in a few
+        # transactions (about two per halving) instead of one each, and each caller hears its own outcome.
+        # Halves keep the queue's order, so a barrier still settles after every call before it.
+        middle = len(group) // 2
+        return self._write(group[:middle]) + self._write(group[middle:])
 
     def _settle(self, outcomes: list) -> None:
         by_loop: dict[asyncio.AbstractEventLoop, list] = {}

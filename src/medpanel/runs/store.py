@@ -14,6 +14,7 @@ import socket
 import sqlite3
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -68,8 +69,23 @@ def default_store_path() -> Path:
     return base / "medpanel" / "medpanel.db"
 
 
+_OPEN_STORES: "weakref.WeakSet[Store]" = weakref.WeakSet()
+# Connections a forked child inherited. SQLite forbids using them there, and closing one could disturb the
+# parent's locks and journal, so the child keeps them, untouched, until it exits.
+_INHERITED: list[sqlite3.Connection] = []
+
+
+def _after_fork_in_child() -> None:
+    for store in list(_OPEN_STORES):
+        store._reset_locks_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class Store:
-    """Thread-safe access to one SQLite file. Implements the model layer's CallCache protocol."""
+    """Thread-safe access to one SQLite file. Implements the model layer's CallCache protocol. A store open
+    when the process forks is usable in the child too: the child opens connections of its own."""
 
     def __init__(self, path: str | Path | None = None, *, create: bool = True, make_folder: bool = True) -> None:
         """Open (and migrate) the store. `create=False`: a missing file is an error, nothing is created (read-only
@@ -105,6 +121,39 @@ class Store:
         except (OSError, sqlite3.Error) as exc:
             self._db.close()
             raise store_error(exc, self.path) from None
+        _OPEN_STORES.add(self)
+
+    def _reset_locks_in_child(self) -> None:
+        """After fork(), in the child: new locks (a parent's thread may have held one at the fork). Nothing of
+        SQLite's is touched here: a child that never uses the store (a data loader's worker) opens nothing."""
+        self._lock, self._read_lock = threading.RLock(), threading.Lock()
+        if self._reader is not None:
+            _INHERITED.append(self._reader)
+            self._reader = None
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._pid != os.getpid() and not self._closed:
+            self._open_in_child()
+        return self._conn
+
+    @_db.setter
+    def _db(self, conn: sqlite3.Connection) -> None:
+        self._conn, self._pid = conn, os.getpid()
+
+    def _open_in_child(self) -> None:
+        """A forked child's first use of the store: a connection of its own (SQLite forbids using the parent's)."""
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            _INHERITED.append(self._conn)
+            try:
+                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+                conn.row_factory = sqlite3.Row
+                conn.execute("PRAGMA synchronous=NORMAL")
+            except (OSError, sqlite3.Error) as exc:
+                raise store_error(exc, self.path) from None
+            self._db = conn
 
     # ------------------------------------------------------------------ plumbing
 

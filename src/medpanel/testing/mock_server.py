@@ -86,6 +86,7 @@ class MockServer:
             log_config=None,  # leave the host program's logging alone
             log_level="warning",
             access_log=False,
+            proxy_headers=False,  # no proxy in front of it; the middleware would cost every request
             limit_concurrency=None,  # no cap: benchmarks open hundreds of connections at once
             backlog=4096,
             timeout_keep_alive=30,
