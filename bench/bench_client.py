@@ -10,7 +10,7 @@ server in its own process, and what the mock alone can take.
    endpoint's gate new, as in a new `medpanel bench` process: the window starts at 4 and slow-starts, so the
    first calls wait in the client's queue) and *warm* (the gate as the cold run left it: what the harness
    itself adds). Per call, the latency the client saw (its wait at the gate included) minus the mock's
-   (p50, p99), and the peak resident memory of the process.
+   (p50, p99), and the peak resident memory of the process so far (the warm figure is the peak of both).
 
     .venv/bin/python bench/bench_client.py [--calls 10000] [--in-flight 256] [--latency 0.5]
 """

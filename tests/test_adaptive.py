@@ -248,46 +248,33 @@ async def test_a_client_whose_own_loop_runs_late_does_not_blame_the_server():
 
 
 async def test_a_client_busy_on_its_own_cpu_neither_cuts_nor_grows_the_window():
-    # A thread of this process hashes large buffers (hashlib lets go of the GIL for them): the process uses a
-    # whole core, yet its event loop stays on time, so only the CPU rule can tell the gate the client is busy.
-    # Meanwhile the server really slows down four times over. A busy client's latencies say nothing of the server:
-    # no cut, and no growth that would add to its backlog.
-    import hashlib
-    import threading
-
+    # The gate reads this process's CPU through its clock; here a clock that runs with the wall clock plays a
+    # process using a whole core (a real busy thread would depend on what else the machine runs). Meanwhile
+    # the server really slows down four times over. A busy client's latencies say nothing of the server: no
+    # cut, and no growth that would add to its backlog.
     with MockServer(MockConfig(reply="choice", latency_s=0.05)) as server:
         model = build_model(f"openai:mock@{server.base_url}", runtime())
         for round_ in range(3):
             await ask(model, 6, f"calm {round_} ")  # the baseline latency
         gate = model.gate
-        assert gate.epoch == 0 and gate.slow_start
-        stop, data = threading.Event(), b"x" * (8 << 20)
-
-        def burn() -> None:
-            while not stop.is_set():
-                hashlib.sha256(data).digest()
-
-        burner = threading.Thread(target=burn, daemon=True)
-        burner.start()
-        try:
-            for round_ in range(40):  # the gate reads the CPU every half second of answers
-                await ask(model, 6, f"busy {round_} ")
-                if gate.client_busy:
-                    break
-            assert gate.client_busy and gate.epoch == 0
-            await asyncio.to_thread(server.configure, latency_s=0.2)
-            for round_ in range(12):  # until the rise shows in the short-term average
-                await ask(model, gate.window() + 4, f"rising {round_} ")  # enough to fill the window: it would grow
-                if gate.fast > 2 * gate.base:
-                    break
-            assert gate.fast > 2 * gate.base and gate.client_busy
-            limit = gate.limit
-            for round_ in range(3):
-                await ask(model, gate.window() + 4, f"busy {round_} ")
-            assert gate.epoch == 0 and gate.limit == limit  # the rise neither cut nor grew the window
-        finally:
-            stop.set()
-            burner.join()
+        assert gate.epoch == 0 and gate.slow_start and not gate.client_busy
+        gate.cpu_clock = time.monotonic
+        gate.cpu_at, gate.cpu_used = time.monotonic(), gate.cpu_clock()
+        for round_ in range(40):  # the gate reads the CPU every half second of answers
+            await ask(model, 6, f"busy {round_} ")
+            if gate.client_busy:
+                break
+        assert gate.client_busy and gate.epoch == 0
+        await asyncio.to_thread(server.configure, latency_s=0.2)
+        for round_ in range(12):  # until the rise shows in the short-term average
+            await ask(model, gate.window() + 4, f"rising {round_} ")  # enough to fill the window: it would grow
+            if gate.fast > 2 * gate.base:
+                break
+        assert gate.fast > 2 * gate.base and gate.client_busy
+        limit = gate.limit
+        for round_ in range(3):
+            await ask(model, gate.window() + 4, f"busy {round_} ")
+        assert gate.epoch == 0 and gate.limit == limit  # the rise neither cut nor grew the window
 
 
 def test_the_loop_lag_probe_keeps_no_loop_alive():

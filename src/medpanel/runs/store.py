@@ -71,13 +71,13 @@ def default_store_path() -> Path:
 
 _OPEN_STORES: "weakref.WeakSet[Store]" = weakref.WeakSet()
 # Connections a forked child inherited. SQLite forbids using them there, and closing one could disturb the
-# parent's locks and journal, so the child keeps them, untouched, until it exits.
+# parent's locks and journal, so the child keeps them untouched.
 _INHERITED: list[sqlite3.Connection] = []
 
 
 def _after_fork_in_child() -> None:
     for store in list(_OPEN_STORES):
-        store._reset_locks_in_child()
+        store._forked_away()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -85,7 +85,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 class Store:
     """Thread-safe access to one SQLite file. Implements the model layer's CallCache protocol. A store open
-    when the process forks is usable in the child too: the child opens connections of its own."""
+    when the process forks is refused in the child, with what to do instead (SQLite's connections cannot
+    cross a fork: a child writing beside the parent's copied lock state can lose its commits)."""
 
     def __init__(self, path: str | Path | None = None, *, create: bool = True, make_folder: bool = True) -> None:
         """Open (and migrate) the store. `create=False`: a missing file is an error, nothing is created (read-only
@@ -102,7 +103,7 @@ class Store:
                              f"Fix the path in --store or MEDPANEL_STORE, or create the folder: mkdir -p {self.path.parent}")
         self._lock = threading.RLock()
         self._read_lock = threading.Lock()
-        self._closed = False
+        self._closed = self._forked = False
         self._reader: sqlite3.Connection | None = None  # for cache lookups (get_call), opened on the first
         self._writer = CallWriter(self._write_merged, self.path.name)
         try:
@@ -123,37 +124,28 @@ class Store:
             raise store_error(exc, self.path) from None
         _OPEN_STORES.add(self)
 
-    def _reset_locks_in_child(self) -> None:
-        """After fork(), in the child: new locks (a parent's thread may have held one at the fork). Nothing of
-        SQLite's is touched here: a child that never uses the store (a data loader's worker) opens nothing."""
-        self._lock, self._read_lock = threading.RLock(), threading.Lock()
-        if self._reader is not None:
-            _INHERITED.append(self._reader)
-            self._reader = None
+    def _forked_away(self) -> None:
+        """After fork(), in the child: new locks (a parent's thread may have held one at the fork), the parent's
+        connections kept untouched, and every later use refused (StoreError) instead of going through them."""
+        _INHERITED.extend(c for c in (self._conn, self._reader) if c is not None)
+        self._lock, self._read_lock, self._reader = threading.RLock(), threading.Lock(), None
+        self._forked = True
+
+    def _fork_error(self) -> StoreError:
+        return StoreError(f"The store {self.path} was opened before this process forked, and SQLite's connections cannot be "
+                          "used across a fork (the child could lose what it writes).",
+                          "Open the store only in the process that uses it: in a worker, after it starts, with nothing "
+                          "opened before the fork; or start workers with multiprocessing's 'spawn' or 'forkserver' method.")
 
     @property
     def _db(self) -> sqlite3.Connection:
-        if self._pid != os.getpid() and not self._closed:
-            self._open_in_child()
+        if self._forked:
+            raise self._fork_error()
         return self._conn
 
     @_db.setter
     def _db(self, conn: sqlite3.Connection) -> None:
-        self._conn, self._pid = conn, os.getpid()
-
-    def _open_in_child(self) -> None:
-        """A forked child's first use of the store: a connection of its own (SQLite forbids using the parent's)."""
-        with self._lock:
-            if self._pid == os.getpid():
-                return
-            _INHERITED.append(self._conn)
-            try:
-                conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-                conn.row_factory = sqlite3.Row
-                conn.execute("PRAGMA synchronous=NORMAL")
-            except (OSError, sqlite3.Error) as exc:
-                raise store_error(exc, self.path) from None
-            self._db = conn
+        self._conn = conn
 
     # ------------------------------------------------------------------ plumbing
 
@@ -268,6 +260,9 @@ class Store:
                 raise store_error(exc, self.path) from None
 
     def close(self) -> None:
+        if self._forked:  # the parent's: nothing here to commit or close
+            self._closed = True
+            return
         self._closed = True
         self._writer.close()  # the calls still queued are committed first
         with self._read_lock:
@@ -282,6 +277,8 @@ class Store:
     def get_call(self, key: str) -> dict[str, Any] | None:
         # On a connection of its own: a cache lookup never waits for a group of calls being committed.
         with self._read_lock:
+            if self._forked:
+                raise self._fork_error()
             if self._closed:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
             try:

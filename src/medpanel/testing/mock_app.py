@@ -3,7 +3,9 @@ which counts the request, answers a refused shape or a drawn fault as the real s
 Retry-After, a hang, a truncated or non-JSON body, a trickle) and otherwise sends the reply, plus
 `/v1/models` and the `/_stats`, `/_reset`, `/_inject`, `/_config` and `/_requests` control routes. It is
 kept apart from the server's lifecycle (`mock_server`) so the routing and fault behaviour read in one
-place; Starlette is imported only when an app is built, as the mock is a test extra's.
+place; Starlette is imported only when an app is built, as the mock is a test extra's. `build_app` returns
+a plain ASGI app: the completions route goes straight to its handler, every other request to a Starlette
+router.
 """
 
 from __future__ import annotations
