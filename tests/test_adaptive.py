@@ -258,23 +258,26 @@ async def test_a_client_busy_on_its_own_cpu_neither_cuts_nor_grows_the_window():
             await ask(model, 6, f"calm {round_} ")  # the baseline latency
         gate = model.gate
         assert gate.epoch == 0 and gate.slow_start and not gate.client_busy
-        gate.cpu_clock = time.monotonic
-        gate.cpu_at, gate.cpu_used = time.monotonic(), gate.cpu_clock()
-        for round_ in range(40):  # the gate reads the CPU every half second of answers
-            await ask(model, 6, f"busy {round_} ")
-            if gate.client_busy:
-                break
-        assert gate.client_busy and gate.epoch == 0
-        await asyncio.to_thread(server.configure, latency_s=0.2)
-        for round_ in range(12):  # until the rise shows in the short-term average
-            await ask(model, gate.window() + 4, f"rising {round_} ")  # enough to fill the window: it would grow
-            if gate.fast > 2 * gate.base:
-                break
-        assert gate.fast > 2 * gate.base and gate.client_busy
-        limit = gate.limit
-        for round_ in range(3):
-            await ask(model, gate.window() + 4, f"busy {round_} ")
-        assert gate.epoch == 0 and gate.limit == limit  # the rise neither cut nor grew the window
+        gate.cpu_clock = time.monotonic  # gates are per process: put the clock back for later tests on this port
+        try:
+            gate.cpu_at, gate.cpu_used = time.monotonic(), gate.cpu_clock()
+            for round_ in range(40):  # the gate reads the CPU every half second of answers
+                await ask(model, 6, f"busy {round_} ")
+                if gate.client_busy:
+                    break
+            assert gate.client_busy and gate.epoch == 0
+            await asyncio.to_thread(server.configure, latency_s=0.2)
+            for round_ in range(12):  # until the rise shows in the short-term average
+                await ask(model, gate.window() + 4, f"rising {round_} ")  # enough to fill the window: it would grow
+                if gate.fast > 2 * gate.base:
+                    break
+            assert gate.fast > 2 * gate.base and gate.client_busy
+            limit = gate.limit
+            for round_ in range(3):
+                await ask(model, gate.window() + 4, f"busy {round_} ")
+            assert gate.epoch == 0 and gate.limit == limit  # the rise neither cut nor grew the window
+        finally:
+            gate.cpu_clock = time.process_time
 
 
 def test_the_loop_lag_probe_keeps_no_loop_alive():

@@ -253,6 +253,8 @@ class Model(ABC):
 
     async def _complete_once(self, request: Request, sample_index: int) -> Reply:
         rt = self.runtime
+        if rt.cache is not None and hasattr(rt.cache, "check_usable"):
+            rt.cache.check_usable()  # a store that cannot take this call's record refuses before it is sent (and billed)
         use_cache = rt.cache is not None and rt.use_cache and self.cacheable
         key = self.cache_key(request, sample_index) if rt.cache is not None else None
         if use_cache and key:

@@ -46,7 +46,7 @@ def _after_fork_in_child() -> None:
     for writer in list(_OPEN):
         writer._ready = threading.Condition()
         writer._queue.clear()
-        writer._thread = None
+        writer._thread, writer._closing = None, False
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -71,7 +71,8 @@ def default_store_path() -> Path:
 
 _OPEN_STORES: "weakref.WeakSet[Store]" = weakref.WeakSet()
 # Connections a forked child inherited. SQLite forbids using them there, and closing one could disturb the
-# parent's locks and journal, so the child keeps them untouched.
+# parent's locks and journal, so the child never uses or closes them (its interpreter's exit, if it exits
+# normally rather than by os._exit, finalises them).
 _INHERITED: list[sqlite3.Connection] = []
 
 
@@ -136,6 +137,12 @@ class Store:
                           "used across a fork (the child could lose what it writes).",
                           "Open the store only in the process that uses it: in a worker, after it starts, with nothing "
                           "opened before the fork; or start workers with multiprocessing's 'spawn' or 'forkserver' method.")
+
+    def check_usable(self) -> None:
+        """Raise the fork's StoreError in a forked child: a model call asks before it sends, so no billed call is
+        made that the ledger could not take."""
+        if self._forked:
+            raise self._fork_error()
 
     @property
     def _db(self) -> sqlite3.Connection:
