@@ -87,7 +87,7 @@ async def test_one_bad_call_in_a_large_group_costs_a_few_transactions_not_one_pe
         recorder(statements)
 
     writer = CallWriter(commit, "t")
-    gate_future = writer.submit([("ok", ("first",))])  # the thread takes this one alone and waits at the gate
+    gate_future = writer.submit([("ok", ("first",))])  # the thread takes this one (alone, unless it starts late) and waits
     await asyncio.sleep(0.05)
     futures = [writer.submit([("poison" if i == 200 else "ok", (i,))]) for i in range(256)]
     gate.set()
@@ -97,8 +97,9 @@ async def test_one_bad_call_in_a_large_group_costs_a_few_transactions_not_one_pe
     assert sum(o is None for o in outcomes) == 255
     committed = [args[0] for group in recorder.groups for _, args in group][1:]
     assert committed == [i for i in range(256) if i != 200]  # in the order they came
-    # The group of 256, then two halves per halving down to the bad call: 1 + 2 x 8, not 1 + 256.
-    assert len(attempts) - 1 <= 1 + 2 * 8, attempts
+    # The first group, then the rest in one group and two halves per halving down to the bad call: at most
+    # 1 + 1 + 2 x 9 (a group of up to 257 halves 9 times), not one a call.
+    assert len(attempts) <= 2 + 2 * 9, attempts
     writer.close()
 
 

@@ -30,7 +30,8 @@ class CallCache(Protocol):
     # A cache may also have the same two as coroutines, `put_call_async` and `log_call_async`, awaited by a
     # model call on its event loop: they return once the rows are committed, and may commit them in a group
     # with other calls' (the store does: runs/call_writer.py). A cache without them is called directly
-    # (cache_put, cache_log below).
+    # (cache_put, cache_log below). A cache with `check_usable()` is asked before each call is sent, so one
+    # that cannot take the call's record (the store in a forked child) refuses before anything is billed.
 
 
 async def cache_put(cache: CallCache, key: str, record: dict[str, Any], scope: tuple[str, str, int] | None) -> None:

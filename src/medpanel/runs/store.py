@@ -146,8 +146,7 @@ class Store:
 
     @property
     def _db(self) -> sqlite3.Connection:
-        if self._forked:
-            raise self._fork_error()
+        self.check_usable()
         return self._conn
 
     @_db.setter
@@ -284,8 +283,7 @@ class Store:
     def get_call(self, key: str) -> dict[str, Any] | None:
         # On a connection of its own: a cache lookup never waits for a group of calls being committed.
         with self._read_lock:
-            if self._forked:
-                raise self._fork_error()
+            self.check_usable()
             if self._closed:
                 raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
             try:
