@@ -44,6 +44,15 @@ def test_bad_input_exits_2_with_a_fix_and_no_traceback(cli_env, args, message):
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
+def test_runs_lists_a_run_with_a_long_model_spec_in_a_line_or_two(cli_env, shared_data):
+    spec = "scripted:Answer: B. " + "The findings fit this option better than any other one here. " * 4
+    run(["bench", "medqa", "-m", spec, "--limit", "1", "--run-id", "long-spec"], cli_env)
+    listing = run(["runs"], dict(cli_env, COLUMNS="100")).stdout
+    lines = [line.strip() for line in listing.splitlines() if line.strip()]
+    assert len(lines) == 3 and lines[0].startswith("run ") and lines[2].startswith("long-spec   done     single"), listing
+    assert "…" in listing and run(["runs", "--json"], cli_env).stdout.count("better than any other") == 4  # whole in --json
+
+
 def test_invalid_case_file_is_named(cli_env, tmp_path):
     bad = tmp_path / "case.yaml"
     bad.write_text("summary: [unclosed\n")

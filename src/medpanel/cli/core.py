@@ -296,13 +296,23 @@ def list_runs(store: StoreOpt = None, limit: Annotated[int, typer.Option("--limi
     if not rows:
         out.print("No runs yet. Start one with: medpanel bench medqa --models local --limit 5")
         return
-    # The run id is what a user copies: it is never cut or wrapped; the other columns give way.
-    table = Table(Column("run", no_wrap=True, min_width=max(len(r["id"]) for r in rows)),
-                  *(Column(name, overflow="fold") for name in ("status", "protocol", "dataset", "models")),
-                  *(Column(name, no_wrap=True) for name in ("done", "failed", "cost $")),
-                  box=box.SIMPLE_HEAD, pad_edge=False)
-    for r in rows:
-        table.add_row(r["id"], r["status"], r["protocol"], r["dataset"], ", ".join(r["models"]), str(r["done"]), str(r["failed"]), f"{r['cost_usd']:.4f}")
+    # The run id and the short columns are never cut or wrapped. A long dataset path or model spec (a scripted
+    # reply, a URL) is cut to one line instead, so a run takes one line, not a screen of one-word lines;
+    # `medpanel show RUN` and --json give them whole.
+    cells = [(r["id"], r["status"], r["protocol"], r["dataset"], ", ".join(r["models"]), str(r["done"]), str(r["failed"]),
+              f"{r['cost_usd']:.4f}") for r in rows]
+    names = ("run", "status", "protocol", "dataset", "models", "done", "failed", "cost $")
+    widths = [max(len(name), *(len(row[k]) for row in cells)) for k, name in enumerate(names)]
+    widths[3] = min(widths[3], 28)  # the dataset
+    # The models take what the terminal has left (3 characters between columns), at least 12.
+    widths[4] = min(widths[4], max(12, out.width - sum(w for k, w in enumerate(widths) if k != 4) - 3 * (len(names) - 1) - 1))
+    if sum(widths) + 3 * (len(names) - 1) < out.width:
+        columns = [Column(name, no_wrap=True, overflow="ellipsis", min_width=widths[k], max_width=widths[k]) for k, name in enumerate(names)]
+    else:  # a terminal too narrow even for that: every column but the run id folds
+        columns = [Column("run", no_wrap=True, min_width=widths[0]), *(Column(name, overflow="fold") for name in names[1:])]
+    table = Table(*columns, box=box.SIMPLE_HEAD, pad_edge=False)
+    for row in cells:
+        table.add_row(*row)
     out.print(table)
 
 
