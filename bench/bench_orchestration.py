@@ -2,11 +2,13 @@
 
 N items x a protocol of S sequential stages of W parallel calls, against the mock OpenAI server in its
 own process at a fixed latency L. With concurrency C the ideal wall time is ceil(N / C) * S * L;
-efficiency = ideal / measured. Each repeat runs twice on new items:
+efficiency = ideal / measured. Each repeat runs three times on new items:
 - cold: the endpoint's gate forgotten first, as in a new `medpanel bench` process: the window starts at 4
   and slow-starts, which costs a few round trips;
 - warm: the gate as the cold run left it (a second run in one process, or a long run past its start):
-  what the orchestration itself costs.
+  what the orchestration itself costs;
+- restart: a new process's gate on the store the cold run used, which starts from what the cold run kept
+  there (models/gate_memory.py): what a user's second and later runs against an endpoint pay to start.
 Then the warm run again on the same store: every call should come from the cache (goal: 0 requests reach
 the server). Client CPU per call is the process's CPU time (every thread) over the calls made; the mock
 server's CPU per call is read the same way from its process, since the two share this machine's cores.
@@ -72,15 +74,20 @@ def main() -> None:
             n = c * args.batches
             ideal = math.ceil(n / c) * args.stages * args.latency
             calls = n * args.stages * args.width
-            cold, warm, cpu_ms, server_ms, cache_walls, cache_requests = [], [], [], [], [], []
+            cold, warm, restart, cpu_ms, server_ms, cache_walls, cache_requests = [], [], [], [], [], [], []
             for rep in range(args.repeats):
                 reset_gates()
                 reset_pools()
-                for phase, walls in (("cold", cold), ("warm", warm)):
-                    store = Store(Path(tmp) / f"c{c}-r{rep}-{phase}.db")
+                # No restart without the store's memory (--no-cache) or the gate (--fixed): it would be the cold run again.
+                phases = (("cold", cold), ("warm", warm)) + ((("restart", restart),) if not (args.no_cache or args.fixed) else ())
+                for phase, walls in phases:
+                    if phase == "restart":  # a new process's gates, on the store the cold run used and left its memory in
+                        reset_gates()
+                        reset_pools()
+                    store = Store(Path(tmp) / f"c{c}-r{rep}-{'cold' if phase == 'restart' else phase}.db")
                     cases = [Case(id=f"i{i}", question=f"item {i} rep {rep} {phase}") for i in range(n)]
                     cpu, server_cpu = time.process_time(), mock.cpu_s()
-                    walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, "first", not args.no_cache, args.fixed)))
+                    walls.append(event_loop.run(one_run(store, mock.base_url, cases, args.width, args.stages, c, phase, not args.no_cache, args.fixed)))
                     if phase == "warm":
                         cpu_ms.append((time.process_time() - cpu) / calls * 1000)
                         if server_cpu is not None:
@@ -96,6 +103,9 @@ def main() -> None:
                          "cold_efficiency": round(ideal / cold_median, 3),
                          "warm_median_wall_s": round(warm_median, 3), "warm_walls_s": [round(w, 3) for w in warm],
                          "warm_efficiency": round(ideal / warm_median, 3),
+                         "restart_median_wall_s": round(statistics.median(restart), 3) if restart else None,
+                         "restart_walls_s": [round(w, 3) for w in restart],
+                         "restart_efficiency": round(ideal / statistics.median(restart), 3) if restart else None,
                          "client_cpu_ms_per_call": round(statistics.median(cpu_ms), 3),
                          "client_calls_per_s_per_core": round(1000 / statistics.median(cpu_ms)),
                          "server_cpu_ms_per_call": round(statistics.median(server_ms), 3) if server_ms else None,
@@ -103,7 +113,9 @@ def main() -> None:
                          "cached_rerun_requests": cache_requests})
             rerun = f"cached rerun {statistics.median(cache_walls):5.2f}s with {max(cache_requests)} server requests" if cache_walls else "no cache"
             print(f"C={c:>3} N={n:>4} ideal {ideal:6.2f}s  cold {cold_median:6.2f}s (efficiency {ideal / cold_median:5.3f})  "
-                  f"warm {warm_median:6.2f}s (efficiency {ideal / warm_median:5.3f})  client {statistics.median(cpu_ms):.3f} ms CPU/call  "
+                  f"warm {warm_median:6.2f}s (efficiency {ideal / warm_median:5.3f})  "
+                  + (f"restart {statistics.median(restart):6.2f}s (efficiency {ideal / statistics.median(restart):5.3f})  " if restart else "")
+                  + f"client {statistics.median(cpu_ms):.3f} ms CPU/call  "
                   f"mock server {statistics.median(server_ms) if server_ms else float('nan'):.3f} ms CPU/call  "
                   f"{rerun}", flush=True)
     out = Path(__file__).parent / "results"

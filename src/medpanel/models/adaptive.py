@@ -240,6 +240,9 @@ class EndpointGate:
         self.tokens = Bucket(tpm / 60, tpm / 60) if tpm else None
         self.sent = self.ok = self.rejected = self.overloaded = 0
         self.line = Line()
+        # What the store kept of it for the next process (models/gate_memory.py): read once, before the first send.
+        self.recalled = False
+        self.kept: dict[str, tuple[dict, float]] = {}  # per store file: what was last written there, and when
         self.listeners: list = []  # pools on this endpoint: told when an answer may have made room
         # Models are shared across threads (the web app, judges): the counts change under a lock, never
         # across an await.

@@ -34,6 +34,7 @@ from medpanel.models.base import Generation, Model, Request, Usage, thinking_nam
 from medpanel.models.chat_http import ChatTransport, StatusError, Unreachable, resolve_base_url
 from medpanel.models.capabilities import FORMS, ServerMemory, UnsupportedParameter, forms_in_order, rejected_parameter
 from medpanel.models.adaptive import positive, shared_gate
+from medpanel.models import gate_memory
 from medpanel.models.endpoints import ENDPOINT_ERRORS, OVERLOAD_ERRORS, SEPARATOR, normal_url, pool_urls, shared_pool
 from medpanel.models.registry import spec_flag
 from medpanel.models.runtime import Runtime
@@ -323,19 +324,36 @@ class OpenAIModel(Model):
         (its window, its pace), so the attempt's `timeout_s` starts when the request is sent: a run with
         many items waiting for a slow rate limit does not time them out."""
         gate = self.gate
+        self._recall(gate)
         ticket = await gate.acquire(None, self._tokens(request, gate.tokens is not None))
         try:
             generation = await self._send_to(self.base_url, request, args)
         except TransientModelError as exc:
             outcome = "limited" if exc.kind == "rate_limit" else "overloaded" if exc.kind in OVERLOAD_ERRORS else "neutral"
             gate.release(ticket, outcome, retry_after=exc.retry_after)
+            self._remember(gate)
             raise
         except BaseException:
             gate.release(ticket, "neutral")
             raise
         gate.release(ticket, "ok", output_tokens=generation.usage.output_tokens, input_tokens=generation.usage.input_tokens,
                      used_tokens=generation.usage.input_tokens + generation.usage.output_tokens)
+        self._remember(gate)
         return generation
+
+    def _recall(self, gate) -> None:
+        """Start a gate that has sent nothing yet from what the store kept of it (models/gate_memory.py)."""
+        if not gate.recalled:
+            try:
+                gate_memory.recall(gate, self.runtime.cache, self.name)
+            except Exception:  # noqa: BLE001  a store that cannot be read: the gate starts as a stranger
+                pass
+
+    def _remember(self, gate) -> None:
+        try:
+            gate_memory.remember(gate, self.runtime.cache, self.name)
+        except Exception:  # noqa: BLE001  memory is a head start, never a reason to fail an answered call
+            pass
 
     async def _send_pooled(self, request: Request, args: dict) -> Generation:
         """One attempt over the pool: the least busy usable endpoint, then (on an endpoint's failure) each other
@@ -344,6 +362,8 @@ class OpenAIModel(Model):
         tried: set[str] = set()
         last: TransientModelError | None = None
         tokens = self._tokens(request, any(e.gate.tokens is not None for e in self.pool.endpoints))
+        for endpoint in self.pool.endpoints:
+            self._recall(endpoint.gate)
         while True:
             lease = await self.pool.acquire(tried, None, tokens)
             if lease is None:
@@ -361,6 +381,7 @@ class OpenAIModel(Model):
                     raise
                 self.pool.release(lease, "limited" if exc.kind == "rate_limit" else "failed", exc.retry_after,
                                   overloaded=exc.kind in OVERLOAD_ERRORS)
+                self._remember(lease.endpoint.gate)
                 tried.add(url)
                 last = exc
                 continue
@@ -369,6 +390,7 @@ class OpenAIModel(Model):
                 raise
             self.pool.release(lease, "ok", output_tokens=generation.usage.output_tokens, input_tokens=generation.usage.input_tokens,
                               used_tokens=generation.usage.input_tokens + generation.usage.output_tokens)
+            self._remember(lease.endpoint.gate)
             return generation
 
     async def _send_to(self, url: str | None, request: Request, args: dict, timeout_s: float | None = None) -> Generation:

@@ -7,6 +7,7 @@ migrations: never edit a migration that has shipped, add a new one.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -346,8 +347,26 @@ class Store:
         return json.loads(rows[0]["value"]) if rows else None
 
     def remember_server_capability(self, base_url: str, model: str, name: str, value: Any) -> None:
-        self._write([("INSERT OR REPLACE INTO server_capabilities VALUES (?, ?, ?, ?, ?)",
-                      (base_url, model, name, json.dumps(value), time.time()))])
+        self._write([self._capability_row(base_url, model, name, value)])
+
+    # What a gate learned is kept here for the next process (models/gate_memory.py); a Ray worker's forwarding
+    # cache does not keep it.
+    keeps_gate_memory = True
+
+    def remember_server_capability_soon(self, base_url: str, model: str, name: str, value: Any) -> None:
+        """remember_server_capability through the writer thread, not waited for: from a model call on an event
+        loop, which must not stall on the store's lock. Its outcome is not reported (a head start, not a record)."""
+        row = self._capability_row(base_url, model, name, value)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._write([row])
+            return
+        self._writer.submit([row]).add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    @staticmethod
+    def _capability_row(base_url: str, model: str, name: str, value: Any) -> tuple[str, tuple]:
+        return ("INSERT OR REPLACE INTO server_capabilities VALUES (?, ?, ?, ?, ?)", (base_url, model, name, json.dumps(value), time.time()))
 
     def item_spend(self, run_id: str, item_id: str, repeat: int) -> dict[str, float]:
         """Tokens and dollars of the calls an item made (cache hits cost nothing), from the call log."""
