@@ -242,7 +242,7 @@ class EndpointGate:
         self.line = Line()
         # What the store kept of it for the next process (models/gate_memory.py): read once, before the first send.
         self.recalled = False
-        self.kept: dict[str, tuple[dict, float]] = {}  # per store file: what was last written there, and when
+        self.kept: dict[Any, tuple[dict, float]] = {}  # per store file: what was last written there, and when
         self.listeners: list = []  # pools on this endpoint: told when an answer may have made room
         # Models are shared across threads (the web app, judges): the counts change under a lock, never
         # across an await.

@@ -39,7 +39,7 @@ IDLE_SAVE_S = 0.1  # any growth is written when the gate falls idle, at most thi
 
 
 def keeps_memory(cache: Any) -> bool:
-    return cache is not None and getattr(cache, "keeps_gate_memory", False) is True
+    return getattr(cache, "keeps_gate_memory", False) is True
 
 
 def state(gate: EndpointGate) -> dict[str, Any]:
@@ -75,18 +75,19 @@ def remember(gate: EndpointGate, cache: Any, model: str) -> None:
     """Keep what `gate` has learned in `cache` when it is news (see the module's docstring); cheap when not."""
     if not gate.adaptive or not keeps_memory(cache):
         return
-    where = str(getattr(cache, "path", id(cache)))  # per store file: a new Store on it shares what was written
+    where = getattr(cache, "path", None) or id(cache)  # per store file: a new Store on it shares what was written
     held = gate.kept.get(where)
     kept, written = held if held is not None else (None, float("-inf"))
     clock = time.monotonic()
     with gate.lock:
-        urgent, grown = _news(gate, kept)
+        news = _news(gate, kept)
         # Growth waits its turn, except when the gate falls idle (the end of a run, or of a burst): what it
         # reached is kept then, so a run shorter than SAVE_EVERY_S leaves its memory too.
         # (Idle: nothing in flight and nobody waiting, so not the gaps between paced requests.)
-        idle = (gate.in_flight == 0 and not gate.line and kept is not None and _grew(gate, kept)
-                and clock - written >= IDLE_SAVE_S)
-        if not urgent and not idle and not (grown and clock - written >= SAVE_EVERY_S):
+        idle = gate.in_flight == 0 and not gate.line
+        due = (news == URGENT or (news == GREW_MUCH and clock - written >= SAVE_EVERY_S)
+               or (news != NOTHING and idle and clock - written >= IDLE_SAVE_S))
+        if not due:
             return
         now = state(gate)
     cache.remember_server_capability_soon(gate.url, model, NAME, now)
@@ -99,21 +100,22 @@ def usable(kept: Any) -> bool:
             and _positive(kept.get("at")) is not None and 0 <= time.time() - kept["at"] <= MEMORY_S)
 
 
-def _news(gate: EndpointGate, kept: dict | None) -> tuple[bool, bool]:
-    """(urgent, grown): what the gate knows now that `kept` lacks. Urgent: anything smaller or newly refused
-    (the next process must not start above it), the end of slow start, and memory due for a refresh."""
-    if kept is None:
-        return True, False
-    if time.time() - kept["at"] >= REFRESH_S or kept["slow_start"] != gate.slow_start or kept["refused_at"] != gate.refused_at:
-        return True, False
+NOTHING, GREW, GREW_MUCH, URGENT = range(4)  # what the gate knows that the store lacks, by how soon it is written
+
+
+def _news(gate: EndpointGate, kept: dict | None) -> int:
+    """URGENT: nothing kept yet, anything smaller or newly refused (the next process must not start above it),
+    the end of slow start, or memory due for a refresh. GREW_MUCH: a window or pace GROWTH times the kept one.
+    GREW: any growth. (`kept` is what this process wrote, so every field is there.)"""
+    if kept is None or time.time() - kept["at"] >= REFRESH_S or kept["slow_start"] != gate.slow_start \
+            or kept["refused_at"] != gate.refused_at:
+        return URGENT
     window, pace, old_pace = gate.window(), gate.pace.per_s if gate.pace is not None else None, kept["pace_per_s"]
     if (pace is None) != (old_pace is None) or window < kept["window"] or (pace is not None and pace < old_pace):
-        return True, False
-    return False, window >= GROWTH * kept["window"] or (pace is not None and pace >= GROWTH * old_pace)
-
-
-def _grew(gate: EndpointGate, kept: dict) -> bool:
-    return gate.window() > kept["window"] or (gate.pace is not None and kept["pace_per_s"] is not None and gate.pace.per_s > kept["pace_per_s"])
+        return URGENT
+    if window >= GROWTH * kept["window"] or (pace is not None and pace >= GROWTH * old_pace):
+        return GREW_MUCH
+    return GREW if window > kept["window"] or (pace is not None and pace > old_pace) else NOTHING
 
 
 def _positive(value: Any) -> float | None:
