@@ -122,6 +122,20 @@ class Heartbeat(threading.Thread):
 AUTO_PACED_ITEMS = 256
 AUTO_ITEMS = 8
 
+# The first items of a run start ITEM_START_GAP_S apart (runs/pool.py: items started in one instant move in step,
+# and each round's answers of the whole wave queue in the event loop): about what the client spends on one
+# item's round of three calls, so each item's answers are taken as they come; the ramp takes ITEM_RAMP_MAX_S
+# at most (closer starts above 500 items in flight). The ramp delays the last first-wave item, and so the end
+# of a run, by up to its length: a quarter of a second at 256 in flight, which the lockstep cost more than
+# (bench/bench_orchestration.py, docs/scale.md).
+# Not for an executor's items: they are computed elsewhere (Ray workers), whose loops this one does not serve.
+ITEM_START_GAP_S = 0.001
+ITEM_RAMP_MAX_S = 0.5
+
+
+def item_start_gap(in_flight: int) -> float:
+    return min(ITEM_START_GAP_S, ITEM_RAMP_MAX_S / max(1, in_flight))
+
 
 def items_in_flight(config: RunConfig, panel: Panel, executor: bool = False) -> int:
     if config.concurrency is not None:
@@ -353,7 +367,9 @@ async def run_benchmark(
     try:
         if executor is not None:
             execute = await executor.open(ExecutorPlan(run_id, config.model_copy(update={"roles": roles}), settings, runtime, store))
-        await drain(todo, work, items_in_flight(config, panel, executor is not None), keep_going=lambda: not capped and not beat.lost and not context.cancelled)
+        in_flight = items_in_flight(config, panel, executor is not None)
+        await drain(todo, work, in_flight, keep_going=lambda: not capped and not beat.lost and not context.cancelled,
+                    start_gap_s=0.0 if executor is not None else item_start_gap(in_flight))
         if beat.lost:
             holder = store.lease(run_id) or {}
             raise UsageError(f"Run {run_id} was taken over by another writer (pid {holder.get('pid')} on {holder.get('host')}) "
