@@ -14,7 +14,7 @@ the server).
 
 Two yardsticks beside the ideal say where the rest of the time goes:
 - raw: the same workload (N items, C in flight, S stages of W calls each) sent by the leanest client there is
-  here, bare POSTs through medpanel's HTTP/1.1 client (models/http1.py) with no protocol, gate, cache or
+  here, bare POSTs through medpanel's HTTP transport (models/chat_http.py, models/http1.py) with no protocol, gate, cache or
   store, on a fresh event loop with new connections of its own as a new process has, all its items started
   at once (on 2026-12-07 that was faster for it than the runner's ramp: 0.957 against 0.949 of the ideal at
   256). It never holds a call back (no gate), and its prompts lack the earlier stages' text that the
@@ -47,7 +47,6 @@ import math
 import statistics
 import tempfile
 import time
-import urllib.parse
 from pathlib import Path
 
 from medpanel import event_loop
@@ -55,7 +54,7 @@ from medpanel.cases import Case
 from medpanel.models import Runtime
 from medpanel.models.adaptive import reset_gates
 from medpanel.models.endpoints import reset_pools
-from medpanel.models.http1 import Endpoint
+from medpanel.models.chat_http import ChatTransport
 from medpanel.runs import runner
 from medpanel.runs.runner import RunConfig, build_panel, run_benchmark
 from medpanel.runs.store import Store
@@ -77,17 +76,14 @@ async def one_run(store: Store, base_url: str, cases: list[Case], width: int, st
 
 
 async def raw_run(base_url: str, n: int, width: int, stages: int, concurrency: int, tag: str) -> float:
-    """The workload with no harness: C workers, each taking the next item and sending its stages of W bare POSTs."""
-    url = urllib.parse.urlsplit(base_url)
-    endpoint = Endpoint(url.scheme, url.hostname or "127.0.0.1", url.port or 80, url.path.rstrip("/") + "/chat/completions",
-                        {"Content-Type": "application/json", "Authorization": "Bearer not-needed"})
+    """The workload with no harness: C workers, each taking the next item and sending its stages of W bare POSTs
+    (ChatTransport.post: the request encoded, sent and its answer decoded, an HTTP error raised; nothing else)."""
+    transport = ChatTransport(base_url, "not-needed")
     pending = iter(range(n))
 
     async def post(item: int, stage: int, seat: int) -> None:
-        body = json.dumps({"model": "mock-model", "max_tokens": 16, "temperature": 0.0,
-                           "messages": [{"role": "user", "content": f"item {item} {tag}\nstage {stage} seat {seat}"}]}).encode()
-        answer = await endpoint.post(body)
-        assert answer.status == 200, answer.status
+        await transport.post({"model": "mock-model", "max_tokens": 16, "temperature": 0.0,
+                              "messages": [{"role": "user", "content": f"item {item} {tag}\nstage {stage} seat {seat}"}]})
 
     async def worker() -> None:
         for item in pending:
@@ -102,7 +98,7 @@ async def raw_run(base_url: str, n: int, width: int, stages: int, concurrency: i
         for task in workers:
             task.cancel()
         await asyncio.gather(*workers, return_exceptions=True)
-        endpoint.close()
+        await transport.close()
     return time.perf_counter() - started
 
 

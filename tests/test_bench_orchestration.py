@@ -3,26 +3,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
-from conftest import ROOT
+from conftest import load_bench
 
 from medpanel import event_loop
 from medpanel.cases import Case
 from medpanel.testing.process import mock_server_process
 
 
-def _load_bench():
-    spec = importlib.util.spec_from_file_location("bench_orchestration", ROOT / "bench" / "bench_orchestration.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_raw_client_sends_the_harness_workload_and_the_waves_split_first_from_later(store):
-    bench = _load_bench()
+    bench = load_bench("bench_orchestration")
     items, in_flight, stages, width, latency = 12, 4, 2, 3, 0.1
     with mock_server_process("--latency", str(latency), "--reply", "choice") as mock:
         wall = event_loop.run(bench.raw_run(mock.base_url, items, width, stages, in_flight, "raw"))

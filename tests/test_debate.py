@@ -7,6 +7,7 @@ every test also pins down exactly how many calls the debate made.
 from __future__ import annotations
 
 import pytest
+from conftest import load_bench
 
 from medpanel.cases import Case, Reference
 from medpanel.errors import ModelCallError, UsageError
@@ -285,21 +286,8 @@ async def test_runner_stores_debate_transcripts_and_flows(store):
 # ---------------------------------------------------------------- the benchmark script (acceptance 3), kept honest
 
 
-def _load_bench():
-    import importlib.util
-    import sys
-
-    from conftest import ROOT
-
-    spec = importlib.util.spec_from_file_location("bench_debate_medqa", ROOT / "bench" / "bench_debate_medqa.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
 async def test_bench_debate_vs_single_vs_vote_on_ten_items(store, shared_data):
-    bench = _load_bench()
+    bench = load_bench("bench_debate_medqa")
     result = await bench.run_bench(store, limit=10, seed=3)
     runs = {r["label"]: r for r in result["runs"]}
     assert set(runs) == {"debate: sim-strong, sim-mid, sim-weak", "vote: sim-strong, sim-mid, sim-weak",
