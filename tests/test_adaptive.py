@@ -46,9 +46,10 @@ async def test_a_server_whose_latency_rises_with_load_is_not_pushed_far_past_its
         stats = server.stats()
         gate = model.gate
         assert gate.epoch >= 1 and not gate.slow_start  # it saw the congestion and cut the window
-        # A few times the capacity, never the 400 it was offered (adaptive=0 below sends 150+ at once). On an idle
-        # machine it ends near 16; on one loaded by other work, cuts wait while this process's own loop runs late.
-        assert gate.window() <= 64
+        # A few times the capacity, never the 400 it was offered (adaptive=0 below sends 150+ at once; a gate that
+        # never cut would be past 108 after three round trips of slow start). On an idle machine it ends near 16; on
+        # one loaded by other work, cuts wait while this process's own loop runs late (67 seen in a full suite run).
+        assert gate.window() <= 96
         assert stats["peak_active"] == 8 and stats["successes"] >= 400
 
 
